@@ -1,0 +1,170 @@
+"""`gnn-dist partition | train | inspect` (DESIGN.md's command-line contract).
+
+Errors: one line `gnn-dist CMD: error: ...` on stderr and a non-zero exit.
+Under mpiexec an argument error is printed by rank 0 only; a failure on one
+rank during training prints the rank and the cause and aborts the whole job.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from gnn_dist.comm import launcher_rank
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """Prints usage errors once per job rather than once per MPI rank."""
+
+    def error(self, message: str):  # type: ignore[override]
+        if launcher_rank() in (None, 0):
+            self.print_usage(sys.stderr)
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gnn-dist", description="Distributed GNN training over METIS partitions with MPI.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("partition", help="split a dataset into P parts on disk")
+    p.add_argument("--dataset", required=True, help="synthetic:tiny|small|arxiv, planetoid:NAME, ogbn-*, npz:PATH")
+    p.add_argument("--root", default=None, help="folder holding the dataset's files (planetoid, ogbn)")
+    p.add_argument("--num-parts", type=int, required=True)
+    p.add_argument("--out", required=True, help="partition directory to create")
+    p.add_argument("--method", default="metis", choices=["metis", "random"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--balance-train", action="store_true", help="balance training nodes across parts too")
+    p.add_argument("--download", action="store_true", help="let ogb download missing OGB files")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+
+    t = sub.add_parser("train", help="train under mpiexec -n P (one rank per part)")
+    t.add_argument("--parts", required=True, help="partition directory from gnn-dist partition")
+    t.add_argument("--model", default="gcn", choices=["gcn", "sage"])
+    t.add_argument("--mode", default="full")
+    t.add_argument("--schedule", default="exact")
+    t.add_argument("--halo-dtype", default="fp32")
+    t.add_argument("--epochs", type=int, default=200)
+    t.add_argument("--hidden", type=int, default=16)
+    t.add_argument("--num-layers", type=int, default=2)
+    t.add_argument("--dropout", type=float, default=0.5)
+    t.add_argument("--batch-norm", action="store_true", help="BatchNorm after hidden convs, statistics over all ranks")
+    t.add_argument("--lr", type=float, default=0.01)
+    t.add_argument("--weight-decay", type=float, default=5e-4)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    t.add_argument("--eval-every", type=int, default=1)
+    t.add_argument("--metrics-out", default=None, help="JSON Lines file (rank 0 writes it)")
+    t.add_argument("--no-progress", action="store_true")
+
+    i = sub.add_parser("inspect", help="partition quality and predicted halo traffic")
+    i.add_argument("directory")
+    i.add_argument("--json", action="store_true")
+    i.add_argument("--model", default="gcn", choices=["gcn", "sage"])
+    i.add_argument("--hidden", type=_positive_int, default=16)
+    i.add_argument("--num-layers", type=_positive_int, default=2)
+    return parser
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"gnn-dist {command}: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def cmd_partition(args) -> int:
+    from partition.datasets import load_dataset
+    from partition.format import PartitionFormatError
+    from partition.graph import DatasetError
+    from partition.metis import PartitionError, check_num_parts
+    from partition.pipeline import partition_graph
+
+    start = time.perf_counter()
+    try:
+        if args.num_parts < 1:
+            check_num_parts(args.num_parts, 1)
+        graph = load_dataset(args.dataset, args.root, seed=args.seed, download=args.download)
+        meta = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
+                               balance_train=args.balance_train, overwrite=args.overwrite)
+    except (DatasetError, PartitionError, PartitionFormatError, OSError) as err:
+        return _fail("partition", str(err))
+    print(f"partitioned {meta.dataset} ({meta.num_nodes:,} nodes, {meta.num_edges:,} directed edges) into "
+          f"{meta.num_parts} parts by {meta.method} in {time.perf_counter() - start:.1f}s: edge cut "
+          f"{meta.edge_cut:,}, wrote {args.out}")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from gnn_dist.inspect import format_report, inspect_partition
+    from gnn_dist.model import ModelConfig
+    from partition.format import PartitionFormatError
+
+    try:
+        report = inspect_partition(args.directory, ModelConfig(model=args.model, hidden=args.hidden,
+                                                               num_layers=args.num_layers))
+    except (PartitionFormatError, OSError) as err:
+        return _fail("inspect", str(err))
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0
+
+
+def train_config_from_args(args):
+    from gnn_dist.model import ModelConfig
+    from gnn_dist.trainer import TrainConfig
+
+    return TrainConfig(
+        parts=args.parts,
+        model=ModelConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers, dropout=args.dropout,
+                          batch_norm=args.batch_norm),
+        mode=args.mode, schedule=args.schedule, halo_dtype=args.halo_dtype, epochs=args.epochs, lr=args.lr,
+        weight_decay=args.weight_decay, seed=args.seed, threads=args.threads, eval_every=args.eval_every,
+        metrics_out=args.metrics_out, progress=not args.no_progress,
+    )
+
+
+def cmd_train(args) -> int:
+    from gnn_dist.comm import make_world_comm
+    from gnn_dist.context import RankContext, SetupError
+    from gnn_dist.trainer import train
+
+    comm = make_world_comm()
+    ctx = RankContext(comm)
+    try:
+        final = train(ctx, train_config_from_args(args))
+    except SetupError as err:
+        # Raised identically on every rank: report once, exit cleanly everywhere.
+        if ctx.is_root:
+            _fail("train", str(err))
+        return EXIT_ERROR
+    except Exception as err:  # noqa: BLE001 - one rank's failure must end the whole job
+        print(f"gnn-dist train: error on rank {ctx.rank}: {type(err).__name__}: {err}", file=sys.stderr)
+        if ctx.size > 1:
+            comm.abort(EXIT_ERROR)
+        return EXIT_ERROR
+    if ctx.is_root:
+        print(f"final: test_acc={final['test_acc']:.4f} best_val_acc={final['best_val_acc']:.4f} "
+              f"test_acc_at_best_val={final['test_acc_at_best_val']:.4f} "
+              f"halo_bytes_total={final['halo_bytes_total']:,} ({final['halo_bytes_total'] / 1e6:.2f} MB) "
+              f"epoch_s_median={final['epoch_s_median']:.4f} ranks={final['num_parts']}"
+              if final["epochs"] else f"final: 0 epochs run on {final['num_parts']} ranks")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"partition": cmd_partition, "train": cmd_train, "inspect": cmd_inspect}[args.command]
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

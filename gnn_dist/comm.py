@@ -1,0 +1,205 @@
+"""The only module that touches MPI: a small communicator interface and two implementations.
+
+`MPIComm` wraps an mpi4py communicator and moves tensors with buffer
+(uppercase) calls on contiguous memory. `FakeComm` runs P simulated ranks as
+threads of one process (see `run_fake_ranks`) for unit tests of plans and
+schedules; it implements the same calls with shared memory and a barrier.
+
+Tensors cross ranks as raw bytes, so any dtype (float32, float16, bfloat16,
+int8) travels the same way and counted bytes are bytes on the wire.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+
+def launcher_rank() -> int | None:
+    """This process's rank as told by the MPI launcher's environment, without initialising MPI.
+
+    Used to print an argument error once rather than once per rank.
+    """
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"):
+        value = os.environ.get(name)
+        if value is not None and value.isdigit():
+            return int(value)
+    return None
+
+
+def _as_bytes(tensor: torch.Tensor) -> np.ndarray:
+    if not tensor.is_contiguous():
+        raise ValueError("communication buffers must be contiguous")
+    return tensor.view(-1).view(torch.uint8).numpy()
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=offsets[1:])
+    return offsets
+
+
+class Comm:
+    """What the runtime needs from a communicator. Counts are in rows of the given tensors."""
+
+    rank: int
+    size: int
+
+    def alltoallv(self, send: torch.Tensor, send_counts: np.ndarray, recv: torch.Tensor,
+                  recv_counts: np.ndarray) -> int:
+        """Rows send[offset_q : offset_q + send_counts[q]] go to rank q; rows from q land in recv likewise.
+
+        Returns the bytes this rank sent to other ranks.
+        """
+        raise NotImplementedError
+
+    def allreduce_(self, tensor: torch.Tensor, op: str = "sum") -> None:
+        """In-place reduction over ranks (op: sum or max)."""
+        raise NotImplementedError
+
+    def bcast_(self, tensor: torch.Tensor, root: int = 0) -> None:
+        raise NotImplementedError
+
+    def allgather_object(self, obj: Any) -> list:
+        """Small setup metadata only (pickled)."""
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        raise NotImplementedError
+
+    def abort(self, code: int = 1) -> None:
+        raise NotImplementedError
+
+
+class MPIComm(Comm):
+    def __init__(self, mpi_comm: Any = None):
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self.comm = mpi_comm if mpi_comm is not None else MPI.COMM_WORLD
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+
+    def alltoallv(self, send, send_counts, recv, recv_counts) -> int:
+        row_bytes_send = send[0].numel() * send.element_size() if send.dim() > 1 else send.element_size()
+        row_bytes_recv = recv[0].numel() * recv.element_size() if recv.dim() > 1 else recv.element_size()
+        send_bytes = np.asarray(send_counts, dtype=np.int64) * row_bytes_send
+        recv_bytes = np.asarray(recv_counts, dtype=np.int64) * row_bytes_recv
+        byte_type = self._mpi.BYTE
+        self.comm.Alltoallv([_as_bytes(send), (send_bytes, _offsets(send_bytes)), byte_type],
+                            [_as_bytes(recv), (recv_bytes, _offsets(recv_bytes)), byte_type])
+        return int(send_bytes.sum() - send_bytes[self.rank])
+
+    def allreduce_(self, tensor, op="sum") -> None:
+        mpi_op = {"sum": self._mpi.SUM, "max": self._mpi.MAX}[op]
+        self.comm.Allreduce(self._mpi.IN_PLACE, tensor.numpy(), op=mpi_op)
+
+    def bcast_(self, tensor, root=0) -> None:
+        self.comm.Bcast(_as_bytes(tensor), root=root)
+
+    def allgather_object(self, obj):
+        return self.comm.allgather(obj)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def abort(self, code=1) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.comm.Abort(code)
+
+
+class _FakeWorld:
+    def __init__(self, size: int, timeout: float):
+        self.size = size
+        self.barrier = threading.Barrier(size, timeout=timeout)
+        self.slots: list[Any] = [None] * size
+
+
+class FakeComm(Comm):
+    """One simulated rank of a `_FakeWorld`; every call is collective, like MPI's."""
+
+    def __init__(self, world: _FakeWorld, rank: int):
+        self.world = world
+        self.rank = rank
+        self.size = world.size
+
+    def _exchange(self, item: Any) -> list:
+        self.world.slots[self.rank] = item
+        self.world.barrier.wait()
+        items = list(self.world.slots)
+        self.world.barrier.wait()  # nobody overwrites a slot before all have read it
+        return items
+
+    def alltoallv(self, send, send_counts, recv, recv_counts) -> int:
+        send_counts = np.asarray(send_counts, dtype=np.int64)
+        items = self._exchange((send, send_counts))
+        recv_offsets = _offsets(np.asarray(recv_counts, dtype=np.int64))
+        for q, (their_send, their_counts) in enumerate(items):
+            start = int(_offsets(their_counts)[self.rank])
+            rows = int(their_counts[self.rank])
+            if rows != int(recv_counts[q]):
+                raise RuntimeError(f"rank {self.rank} expects {int(recv_counts[q])} rows from rank {q}, which sends {rows}")
+            recv[recv_offsets[q]:recv_offsets[q] + rows] = their_send[start:start + rows]
+        self.world.barrier.wait()  # senders may reuse their buffers only after everyone copied
+        row_bytes = send[0].numel() * send.element_size() if send.numel() else 0
+        return int((send_counts.sum() - send_counts[self.rank]) * row_bytes)
+
+    def allreduce_(self, tensor, op="sum") -> None:
+        items = self._exchange(tensor.clone())
+        stacked = torch.stack(items)
+        tensor.copy_(stacked.sum(0) if op == "sum" else stacked.max(0).values)
+
+    def bcast_(self, tensor, root=0) -> None:
+        items = self._exchange(tensor.clone())
+        tensor.copy_(items[root])
+
+    def allgather_object(self, obj):
+        return self._exchange(obj)
+
+    def barrier(self) -> None:
+        self.world.barrier.wait()
+
+    def abort(self, code=1) -> None:
+        self.world.barrier.abort()
+        raise RuntimeError(f"simulated rank {self.rank} aborted the job with code {code}")
+
+
+def run_fake_ranks(size: int, fn: Callable[[FakeComm], Any], timeout: float = 60.0) -> list:
+    """Run fn(comm) on `size` simulated ranks (threads); return their results in rank order.
+
+    The first exception on any rank breaks the barrier for the others and is re-raised here.
+    """
+    world = _FakeWorld(size, timeout)
+    results: list[Any] = [None] * size
+    errors: list[BaseException | None] = [None] * size
+
+    def body(rank: int) -> None:
+        try:
+            results[rank] = fn(FakeComm(world, rank))
+        except BaseException as err:  # noqa: BLE001 - handed to the caller below
+            errors[rank] = err
+            world.barrier.abort()
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout + 5)
+    first = next((e for e in errors if e is not None and not isinstance(e, threading.BrokenBarrierError)), None)
+    first = first or next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+    return results
+
+
+def make_world_comm() -> Comm:
+    """The communicator of a process started by mpiexec (or a single process: size 1)."""
+    return MPIComm()
+
+
+__all__: Sequence[str] = ["Comm", "MPIComm", "FakeComm", "run_fake_ranks", "launcher_rank", "make_world_comm"]

@@ -1,0 +1,86 @@
+"""Dropout whose mask depends on (seed, epoch, layer, original node id, column) only.
+
+The mask of a row is therefore the same whichever rank computes it and
+whatever P is: that is what makes a distributed run with dropout reproduce
+the single-process run. A counter-based hash (Wellons' "lowbias32" integer
+mixer) turns the key into 32 random bits per element; it runs on int32
+tensors in row chunks small enough to stay in cache.
+
+torch has no logical right shift for signed integers, so each shift is
+masked to emulate one; int32 multiplication wraps modulo 2**32 as the
+hash requires.
+"""
+from __future__ import annotations
+
+import torch
+
+_CHUNK_ELEMENTS = 1 << 20
+_GOLDEN = 0x9E3779B9
+
+
+def _to_int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= (1 << 31) else value
+
+
+def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
+    return (x >> bits) & ((1 << (32 - bits)) - 1)
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32 on int32 tensors (bit patterns as unsigned 32-bit words)."""
+    x = x ^ _shr(x, 16)
+    x = x * _to_int32(0x7FEB352D)
+    x = x ^ _shr(x, 15)
+    x = x * _to_int32(0x846CA68B)
+    return x ^ _shr(x, 16)
+
+
+def mix32_reference(value: int) -> int:
+    """The same mixer on Python ints, for tests."""
+    value &= 0xFFFFFFFF
+    value ^= value >> 16
+    value = (value * 0x7FEB352D) & 0xFFFFFFFF
+    value ^= value >> 15
+    value = (value * 0x846CA68B) & 0xFFFFFFFF
+    return value ^ (value >> 16)
+
+
+def stream_key(seed: int, epoch: int, layer: int) -> int:
+    key = mix32_reference(seed ^ 0x5BD1E995)
+    key = mix32_reference(key ^ (epoch * 0x27D4EB2F))
+    return mix32_reference(key ^ (layer * 0x165667B1))
+
+
+def keep_mask(node_ids: torch.Tensor, num_cols: int, key: int, p: float) -> torch.Tensor:
+    """bool [len(node_ids), num_cols]: True where the element is kept (probability 1 - p).
+
+    node_ids are original dataset ids (int64, below 2**32).
+    """
+    key32 = _to_int32(key)
+    ids = node_ids.to(torch.int64) & 0xFFFFFFFF
+    row_hash = mix32(_wrap_int32(ids * _GOLDEN) ^ key32)
+    col_hash = mix32(_wrap_int32(torch.arange(num_cols, dtype=torch.int64) * 0x85EBCA77 + 1))
+    # Uniform 32-bit words read as signed: P(word >= threshold) = 1 - p.
+    threshold = int(p * (1 << 32)) - (1 << 31)
+    out = torch.empty(node_ids.shape[0], num_cols, dtype=torch.bool)
+    step = max(1, _CHUNK_ELEMENTS // max(num_cols, 1))
+    for start in range(0, node_ids.shape[0], step):
+        words = mix32(row_hash[start:start + step, None] ^ col_hash[None, :])
+        torch.ge(words, threshold, out=out[start:start + step])
+    return out
+
+
+def _wrap_int32(values: torch.Tensor) -> torch.Tensor:
+    """int64 -> int32 keeping the low 32 bits (two's complement)."""
+    values = values & 0xFFFFFFFF
+    return torch.where(values >= (1 << 31), values - (1 << 32), values).to(torch.int32)
+
+
+def keyed_dropout(x: torch.Tensor, node_ids: torch.Tensor, key: int, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout with a node-keyed mask. Shapes: x [n, F], node_ids [n] -> [n, F]."""
+    if not training or p == 0.0:
+        return x
+    with torch.no_grad():
+        scale = keep_mask(node_ids, x.shape[1], key, p).to(x.dtype).mul_(1.0 / (1.0 - p))
+    return x * scale

@@ -1,0 +1,81 @@
+"""`gnn-dist inspect`: how good a partition is, and what training on it will send.
+
+Every part file is verified against its sha256 in meta.json first.
+"""
+from __future__ import annotations
+
+import os
+
+from gnn_dist.model import ModelConfig, exchanged_widths, predicted_halo_bytes_per_epoch
+from partition.format import load_meta, verify_part_file
+
+FP32_BYTES = 4
+
+
+def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = None) -> dict:
+    from pathlib import Path
+
+    directory = Path(directory)
+    meta = load_meta(directory)
+    for k in range(meta.num_parts):
+        verify_part_file(directory, meta, k)
+    model = model or ModelConfig()
+    owned = [p.owned for p in meta.parts]
+    total_halo = sum(p.halo for p in meta.parts)
+    mean_owned = sum(owned) / len(owned)
+    train = [p.train for p in meta.parts]
+    mean_train = sum(train) / len(train)
+    report = {
+        "directory": str(directory),
+        "dataset": meta.dataset,
+        "method": meta.method,
+        "seed": meta.seed,
+        "num_nodes": meta.num_nodes,
+        "num_edges": meta.num_edges,
+        "num_parts": meta.num_parts,
+        "num_features": meta.num_features,
+        "num_classes": meta.num_classes,
+        "edge_cut": meta.edge_cut,
+        "edge_cut_fraction": meta.edge_cut / max(meta.num_edges // 2, 1),
+        "replication_factor": (meta.num_nodes + total_halo) / meta.num_nodes,
+        "balance": max(owned) / mean_owned,
+        "train_balance": max(train) / mean_train if mean_train else 0.0,
+        "total_halo_rows": total_halo,
+        "halo_bytes_per_layer_per_column": total_halo * FP32_BYTES,
+        "model": {"model": model.model, "hidden": model.hidden, "num_layers": model.num_layers},
+        "exchanged_widths": exchanged_widths(model, meta.num_features, meta.num_classes),
+        "predicted_halo_bytes_per_epoch": predicted_halo_bytes_per_epoch(
+            total_halo, model, meta.num_features, meta.num_classes, FP32_BYTES),
+        "parts": [
+            {"part": k, "owned": p.owned, "halo": p.halo, "local_edges": p.local_edges,
+             "cut_edges": p.cut_edges, "train": p.train}
+            for k, p in enumerate(meta.parts)
+        ],
+    }
+    return report
+
+
+def format_report(report: dict) -> str:
+    lines = [
+        f"{report['directory']}: {report['dataset']} split into {report['num_parts']} parts by {report['method']} "
+        f"(seed {report['seed']})",
+        f"  nodes {report['num_nodes']:,}  directed edges {report['num_edges']:,}  features {report['num_features']}  "
+        f"classes {report['num_classes']}",
+        "",
+        f"  {'part':>5} {'owned':>10} {'halo':>10} {'local edges':>12} {'cut edges':>10} {'train':>8}",
+    ]
+    for p in report["parts"]:
+        lines.append(f"  {p['part']:>5} {p['owned']:>10,} {p['halo']:>10,} {p['local_edges']:>12,} "
+                     f"{p['cut_edges']:>10,} {p['train']:>8,}")
+    mb = report["predicted_halo_bytes_per_epoch"] / 1e6
+    m = report["model"]
+    lines += [
+        "",
+        f"  edge cut            {report['edge_cut']:,} undirected edges ({100 * report['edge_cut_fraction']:.1f}%)",
+        f"  replication factor  {report['replication_factor']:.3f} (owned + halo over nodes)",
+        f"  balance             {report['balance']:.3f} nodes, {report['train_balance']:.3f} training nodes (max/mean)",
+        f"  halo payload        {report['halo_bytes_per_layer_per_column']:,} bytes per layer per feature column (fp32)",
+        f"  exact training      {mb:.2f} MB of halo rows per epoch for {m['model']} hidden {m['hidden']}, "
+        f"{m['num_layers']} layers (exchanged widths {report['exchanged_widths']}, forward and backward)",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""Distributed GCN and GraphSAGE layers and a cross-rank BatchNorm.
+
+A layer sees only its rank's rows. It aggregates over [owned | halo] columns
+with the rank's local sparse operator and fetches halo rows through the
+`HaloExchanger` (the layer holds the exchanger, never the communicator).
+
+Order of operations: A (X W) equals (A X) W, so a layer either transforms
+then aggregates or aggregates then transforms. The exchanged matrix is the
+one that gets aggregated, so the layer picks the narrower of in/out width
+(`aggregate_first = in_dim <= out_dim`), which also does the SpMM on the
+narrower matrix. The first layer exchanges nothing per epoch: its halo
+inputs are the cached input features, passed in as `halo_x`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from gnn_dist.halo import HaloExchanger
+from kernels.spmm import SparseOperator, spmm
+
+
+def glorot_(weight: torch.Tensor) -> None:
+    """PyG's glorot (uniform in +-sqrt(6 / (fan_in + fan_out))), used by GCNConv."""
+    bound = math.sqrt(6.0 / (weight.shape[0] + weight.shape[1]))
+    with torch.no_grad():
+        weight.uniform_(-bound, bound)
+
+
+class DistGCNConv(nn.Module):
+    """out = D^-1/2 (A + I) D^-1/2 X W^T + b over the whole graph, computed on owned rows.
+
+    Shapes:
+        x_owned: [n_owned, in_dim]; halo_x: [n_halo, in_dim] or None -> [n_owned, out_dim]
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator, exchanger: HaloExchanger, slot: str):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_dim, in_dim))
+        self.bias = nn.Parameter(torch.zeros(out_dim))
+        glorot_(self.weight)
+        self.operator = operator
+        self.exchanger = exchanger
+        self.slot = slot
+        self.aggregate_first = in_dim <= out_dim
+
+    def forward(self, x_owned: torch.Tensor, halo_x: torch.Tensor | None = None) -> torch.Tensor:
+        if self.aggregate_first:
+            full = _full_rows(x_owned, halo_x, self.exchanger, self.slot)
+            return spmm(self.operator, full) @ self.weight.t() + self.bias
+        t_owned = x_owned @ self.weight.t()
+        t_halo = None if halo_x is None else halo_x @ self.weight.t()
+        return spmm(self.operator, _full_rows(t_owned, t_halo, self.exchanger, self.slot)) + self.bias
+
+
+class DistSAGEConv(nn.Module):
+    """PyG's SAGEConv (mean aggregator, root weight): out = W_l mean_{j in N(i)} x_j + b + W_r x_i.
+
+    Shapes:
+        x_owned: [n_owned, in_dim]; halo_x: [n_halo, in_dim] or None -> [n_owned, out_dim]
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator, exchanger: HaloExchanger, slot: str):
+        super().__init__()
+        self.lin_l = nn.Linear(in_dim, out_dim, bias=True)
+        self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
+        self.operator = operator
+        self.exchanger = exchanger
+        self.slot = slot
+        self.aggregate_first = in_dim <= out_dim
+
+    def forward(self, x_owned: torch.Tensor, halo_x: torch.Tensor | None = None) -> torch.Tensor:
+        root = self.lin_r(x_owned)
+        if self.aggregate_first:
+            full = _full_rows(x_owned, halo_x, self.exchanger, self.slot)
+            return self.lin_l(spmm(self.operator, full)) + root
+        t_owned = x_owned @ self.lin_l.weight.t()
+        t_halo = None if halo_x is None else halo_x @ self.lin_l.weight.t()
+        return spmm(self.operator, _full_rows(t_owned, t_halo, self.exchanger, self.slot)) + self.lin_l.bias + root
+
+
+def _full_rows(owned: torch.Tensor, halo: torch.Tensor | None, exchanger: HaloExchanger, slot: str) -> torch.Tensor:
+    """[owned | halo] rows: the halo from the caller (cached inputs) or from the exchange."""
+    if halo is not None:
+        return torch.cat([owned, halo])
+    return exchanger.gather(owned, slot)
+
+
+class DistBatchNorm(nn.Module):
+    """BatchNorm1d whose batch statistics span all ranks' owned rows (like SyncBatchNorm).
+
+    Training normalises with the global mean and biased variance and updates
+    running statistics with the unbiased variance (momentum 0.1), as
+    torch.nn.BatchNorm1d does on the whole graph; evaluation uses the running
+    statistics.
+
+    Shapes:
+        x: [n_owned, C] -> [n_owned, C]
+    """
+
+    def __init__(self, num_features: int, exchanger: HaloExchanger, eps: float = 1e-5, momentum: float = 0.1):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.exchanger = exchanger
+        self.eps = eps
+        self.momentum = momentum
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return (x - self.running_mean) / torch.sqrt(self.running_var + self.eps) * self.weight + self.bias
+        return _SyncBatchNorm.apply(x, self.weight, self.bias, self)
+
+
+class _SyncBatchNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, module: DistBatchNorm):  # type: ignore[override]
+        c = x.shape[1]
+        stats = torch.cat([x.sum(0), (x * x).sum(0), torch.tensor([float(x.shape[0])], dtype=x.dtype)])
+        module.exchanger.allreduce_(stats)
+        count = stats[-1]
+        if count < 2:
+            raise ValueError("BatchNorm needs at least two nodes across all ranks")
+        mean = stats[:c] / count
+        var = (stats[c:2 * c] / count - mean * mean).clamp_min(0)
+        invstd = torch.rsqrt(var + module.eps)
+        x_hat = (x - mean) * invstd
+        with torch.no_grad():
+            m = module.momentum
+            module.running_mean.mul_(1 - m).add_(mean, alpha=m)
+            module.running_var.mul_(1 - m).add_(var * count / (count - 1), alpha=m)
+        ctx.save_for_backward(x_hat, invstd, weight)
+        ctx.count = count
+        ctx.module = module
+        return x_hat * weight + bias
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        x_hat, invstd, weight = ctx.saved_tensors
+        c = x_hat.shape[1]
+        local_sum_dy = grad_out.sum(0)
+        local_sum_dy_xhat = (grad_out * x_hat).sum(0)
+        sums = torch.cat([local_sum_dy, local_sum_dy_xhat])
+        ctx.module.exchanger.allreduce_(sums)
+        sum_dy, sum_dy_xhat = sums[:c], sums[c:]
+        grad_x = (weight * invstd / ctx.count) * (ctx.count * grad_out - sum_dy - x_hat * sum_dy_xhat)
+        # Parameter gradients stay local: the trainer sums all gradients across ranks.
+        return grad_x, local_sum_dy_xhat, local_sum_dy, None

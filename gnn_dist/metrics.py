@@ -1,0 +1,59 @@
+"""Run metrics: the JSON Lines contract of DESIGN.md, written by rank 0 only.
+
+Records stream to FILE.partial while the run goes on and are renamed to FILE
+when it ends, so a file under the final name is always a complete run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+from pathlib import Path
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size (Linux reports KiB)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class MetricsWriter:
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = Path(path) if path else None
+        self.records: list[dict] = []
+        self._handle = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._partial = self.path.with_name(self.path.name + ".partial")
+            self._handle = open(self._partial, "w")
+
+    def write(self, record: dict) -> None:
+        self.records.append(record)
+        if self._handle is not None:
+            self._handle.write(json.dumps(record) + "\n")
+            self._handle.flush()
+
+    def close(self, complete: bool) -> None:
+        if self._handle is None:
+            return
+        self._handle.close()
+        self._handle = None
+        if complete:
+            os.replace(self._partial, self.path)
+
+
+def summarise(epochs: list[dict], run_fields: dict) -> dict:
+    """The final record: run description plus the figures users compare runs by."""
+    best = max(epochs, key=lambda r: r["val_acc"]) if epochs else None
+    return {
+        "final": True,
+        **run_fields,
+        "epochs": len(epochs),
+        "test_acc": epochs[-1]["test_acc"] if epochs else None,
+        "best_val_acc": best["val_acc"] if best else None,
+        "test_acc_at_best_val": best["test_acc"] if best else None,
+        "halo_bytes_total": sum(r["halo_bytes"] for r in epochs),
+        "eval_halo_bytes_total": sum(r["eval_halo_bytes"] for r in epochs),
+        "allreduce_bytes_total": sum(r["allreduce_bytes"] for r in epochs),
+        "epoch_s_median": statistics.median(r["epoch_s"] for r in epochs) if epochs else None,
+    }

@@ -1,0 +1,145 @@
+"""A rank's view of the graph (`LocalGraph`) and the L-layer distributed model (`DistGNN`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from gnn_dist.dropout import keyed_dropout, stream_key
+from gnn_dist.halo import HaloExchanger, HaloPlan
+from gnn_dist.layers import DistBatchNorm, DistGCNConv, DistSAGEConv
+from kernels.spmm import SparseOperator
+from partition.format import PartData
+
+MODELS = ("gcn", "sage")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model: str = "gcn"
+    hidden: int = 16
+    num_layers: int = 2
+    dropout: float = 0.5
+    batch_norm: bool = False
+
+    def validate(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"unknown --model {self.model!r}: use gcn or sage")
+        if self.hidden < 1:
+            raise ValueError(f"--hidden must be at least 1, got {self.hidden}")
+        if self.num_layers < 1:
+            raise ValueError(f"--num-layers must be at least 1, got {self.num_layers}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"--dropout must lie in [0, 1), got {self.dropout}")
+
+    def widths(self, in_dim: int, out_dim: int) -> list[tuple[int, int]]:
+        dims = [in_dim] + [self.hidden] * (self.num_layers - 1) + [out_dim]
+        return list(zip(dims[:-1], dims[1:]))
+
+
+@dataclass(frozen=True)
+class LocalGraph:
+    """Owned nodes' data and the sparse operators over [owned | halo] columns.
+
+    Normalisation uses global degrees (stored in the part file), so the
+    operators equal the whole-graph ones restricted to this rank's rows.
+    """
+
+    n_owned: int
+    n_halo: int
+    node_ids: torch.Tensor  # int64 [n_owned] original ids (dropout keys, gathering results)
+    halo_ids: torch.Tensor  # int64 [n_halo]
+    x: torch.Tensor         # float32 [n_owned, F]
+    y: torch.Tensor         # int64 [n_owned]
+    train_mask: torch.Tensor
+    val_mask: torch.Tensor
+    test_mask: torch.Tensor
+    operator: SparseOperator
+
+    @classmethod
+    def from_part(cls, part: PartData, model: str) -> "LocalGraph":
+        n_owned, n_halo = part.n_owned, part.n_halo
+        rows = np.repeat(np.arange(n_owned, dtype=np.int64), np.diff(part.indptr))
+        cols = part.indices
+        deg = part.deg.astype(np.float64)
+        if model == "gcn":
+            # PyG's gcn_norm: self loops added, weight 1 / sqrt((deg_i + 1)(deg_j + 1)).
+            loop = np.arange(n_owned, dtype=np.int64)
+            rows = np.concatenate([rows, loop])
+            cols = np.concatenate([cols, loop])
+            values = 1.0 / np.sqrt((deg[rows] + 1.0) * (deg[cols] + 1.0))
+        else:
+            # Mean over in-neighbours; a row with no neighbours stays empty (aggregates to 0).
+            values = 1.0 / deg[rows] if rows.size else np.zeros(0)
+        operator = SparseOperator.from_coo(torch.from_numpy(rows), torch.from_numpy(cols),
+                                           torch.from_numpy(values.astype(np.float32)), (n_owned, n_owned + n_halo))
+        return cls(
+            n_owned=n_owned, n_halo=n_halo,
+            node_ids=torch.from_numpy(part.node_ids), halo_ids=torch.from_numpy(part.halo_ids),
+            x=torch.from_numpy(part.x), y=torch.from_numpy(part.y),
+            train_mask=torch.from_numpy(part.train_mask), val_mask=torch.from_numpy(part.val_mask),
+            test_mask=torch.from_numpy(part.test_mask), operator=operator,
+        )
+
+
+class DistGNN(nn.Module):
+    """dropout -> conv -> [BatchNorm] -> ReLU, L times (no activation after the last conv).
+
+    Dropout precedes every conv, the input features included (Kipf and
+    Welling's GCN, PyG's examples); its masks are keyed by original node id so
+    every P draws the same masks.
+
+    Shapes:
+        forward(x_owned [n_owned, F], halo_x [n_halo, F]) -> logits [n_owned, C]
+    """
+
+    def __init__(self, config: ModelConfig, in_dim: int, out_dim: int, graph: LocalGraph,
+                 exchanger: HaloExchanger, seed: int):
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.graph = graph
+        self.seed = seed
+        self.epoch = 0
+        conv_type = DistGCNConv if config.model == "gcn" else DistSAGEConv
+        self.convs = nn.ModuleList(
+            conv_type(i, o, graph.operator, exchanger, slot=f"layer{k}")
+            for k, (i, o) in enumerate(config.widths(in_dim, out_dim)))
+        self.norms = nn.ModuleList(
+            DistBatchNorm(config.hidden, exchanger) for _ in range(config.num_layers - 1)) if config.batch_norm else None
+
+    def forward(self, x_owned: torch.Tensor, halo_x: torch.Tensor) -> torch.Tensor:
+        h = x_owned
+        p = self.config.dropout
+        for k, conv in enumerate(self.convs):
+            key = stream_key(self.seed, self.epoch, k)
+            h = keyed_dropout(h, self.graph.node_ids, key, p, self.training)
+            if k == 0:
+                h = conv(h, keyed_dropout(halo_x, self.graph.halo_ids, key, p, self.training))
+            else:
+                h = conv(h)
+            if k < len(self.convs) - 1:
+                if self.norms is not None:
+                    h = self.norms[k](h)
+                h = torch.relu(h)
+        return h
+
+
+def exchanged_widths(config: ModelConfig, in_dim: int, out_dim: int) -> list[int]:
+    """Width of the rows each layer puts on the wire per direction (0 for the first: cached inputs)."""
+    widths = []
+    for k, (i, o) in enumerate(config.widths(in_dim, out_dim)):
+        widths.append(0 if k == 0 else min(i, o))
+    return widths
+
+
+def predicted_halo_bytes_per_epoch(total_halo_rows: int, config: ModelConfig, in_dim: int, out_dim: int,
+                                   itemsize: int = 4) -> int:
+    """Training halo bytes per epoch (forward rows out, gradients back), summed over ranks."""
+    return 2 * total_halo_rows * itemsize * sum(exchanged_widths(config, in_dim, out_dim))
+
+
+__all__ = ["MODELS", "ModelConfig", "LocalGraph", "DistGNN", "HaloPlan", "exchanged_widths",
+           "predicted_halo_bytes_per_epoch"]

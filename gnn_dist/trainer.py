@@ -1,0 +1,307 @@
+"""Full-batch distributed training: set-up, the epoch loop, evaluation and metrics.
+
+P-invariance (the `exact` schedule reproduces one process on the whole graph):
+- initial weights come from the same seed and are broadcast from rank 0;
+- the loss is the sum over owned training nodes divided by the global number
+  of training nodes, and gradients are summed across ranks (one Allreduce of
+  one flat buffer per step, which also carries the loss);
+- dropout masks are keyed by (seed, epoch, layer, original node id).
+
+Failure: set-up problems (missing or corrupt part file, wrong rank count,
+unwritable metrics file) are agreed on by all ranks before the first
+collective, so rank 0 can report them once and every rank exits cleanly.
+Anything raised later is fatal to the job (see gnn_dist.cli).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from gnn_dist.context import RankContext, SetupError
+from gnn_dist.halo import HaloExchanger, HaloPlan
+from gnn_dist.metrics import MetricsWriter, peak_rss_bytes, summarise
+from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
+from partition.format import load_meta, load_part
+
+SCHEDULES = ("exact",)
+HALO_DTYPES = ("fp32",)
+MODES = ("full",)
+FAIL_AT_ENV = "GNN_DIST_FAIL_AT"  # "RANK:EPOCH": raise on that rank at that epoch (failure tests)
+
+
+class TrainingDiverged(SetupError):
+    """The (globally reduced) loss is NaN or infinite; every rank sees the same value."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    parts: str
+    model: ModelConfig = field(default_factory=ModelConfig)
+    mode: str = "full"
+    schedule: str = "exact"
+    halo_dtype: str = "fp32"
+    epochs: int = 200
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    seed: int = 0
+    threads: int = 1
+    eval_every: int = 1
+    metrics_out: str | None = None
+    progress: bool = True
+
+    def validate(self) -> None:
+        self.model.validate()
+        if self.mode not in MODES:
+            raise ValueError(f"--mode {self.mode!r} is not available in this version: use --mode full")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"--schedule {self.schedule!r} is not available in this version: valid forms: "
+                             + ", ".join(SCHEDULES))
+        if self.halo_dtype not in HALO_DTYPES:
+            raise ValueError(f"--halo-dtype {self.halo_dtype!r} is not available in this version: valid: "
+                             + ", ".join(HALO_DTYPES))
+        if self.epochs < 0:
+            raise ValueError(f"--epochs must be 0 or more, got {self.epochs}")
+        if not self.lr > 0 or not math.isfinite(self.lr):
+            raise ValueError(f"--lr must be a positive number, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"--weight-decay must be 0 or more, got {self.weight_decay}")
+        if self.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {self.threads}")
+        if self.eval_every < 1:
+            raise ValueError(f"--eval-every must be at least 1, got {self.eval_every}")
+
+
+@dataclass
+class RankState:
+    """Everything one rank holds during training, passed explicitly."""
+
+    ctx: RankContext
+    config: TrainConfig
+    graph: LocalGraph
+    exchanger: HaloExchanger
+    halo_x: torch.Tensor
+    model: DistGNN
+    optimizer: torch.optim.Optimizer
+    num_train: int
+    flat: torch.Tensor  # gradient buffer (+ one slot for the loss), allocated once
+    metrics: MetricsWriter
+    dataset: str
+    setup_halo_bytes: int
+
+
+def _agree_on_setup(ctx: RankContext, build) -> object:
+    """Run the rank-local set-up; if any rank fails, every rank raises the same SetupError.
+
+    This is the only point before which ranks may fail independently without
+    a hang: nothing before it communicates.
+    """
+    try:
+        result, error = build(), None
+    except Exception as err:  # noqa: BLE001 - reported to all ranks below
+        result, error = None, f"{err}" if isinstance(err, (ValueError, SetupError, OSError)) else f"{type(err).__name__}: {err}"
+    errors = ctx.comm.allgather_object(error)
+    failed = [(rank, msg) for rank, msg in enumerate(errors) if msg is not None]
+    if failed:
+        rank, msg = failed[0]
+        raise SetupError(msg if ctx.size == 1 or all(m == msg for _, m in failed) else f"rank {rank}: {msg}")
+    return result
+
+
+def setup(ctx: RankContext, config: TrainConfig) -> RankState:
+    torch.set_num_threads(config.threads)
+
+    def build_local():
+        config.validate()
+        meta = load_meta(config.parts)
+        ctx.check_num_parts(meta.num_parts, config.parts)
+        part = load_part(config.parts, ctx.rank, meta)
+        metrics = MetricsWriter(config.metrics_out if ctx.is_root else None)
+        return meta, part, metrics
+
+    meta, part, metrics = _agree_on_setup(ctx, build_local)  # type: ignore[misc]
+    plan = HaloPlan.from_part(part)
+    exchanger = HaloExchanger(ctx.comm, plan)
+    graph = LocalGraph.from_part(part, config.model.model)
+    halo_x = exchanger.fetch_once(graph.x)
+    setup_halo_bytes = _sum_over_ranks(ctx, [exchanger.counters.halo_bytes])[0]
+    exchanger.counters.reset()
+
+    torch.manual_seed(config.seed)
+    model = DistGNN(config.model, meta.num_features, meta.num_classes, graph, exchanger, config.seed)
+    params = [p for p in model.parameters()]
+    flat = torch.zeros(sum(p.numel() for p in params) + 1)
+    # Same seed gives the same weights; the broadcast makes it true even across torch builds.
+    _pack(params, flat, grads=False)
+    ctx.comm.bcast_(flat)
+    _unpack(params, flat, grads=False)
+    optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+    return RankState(ctx, config, graph, exchanger, halo_x, model, optimizer, meta.num_train, flat, metrics,
+                     meta.dataset, setup_halo_bytes)
+
+
+def _pack(params, flat: torch.Tensor, grads: bool) -> None:
+    offset = 0
+    for p in params:
+        n = p.numel()
+        source = p.grad if grads else p.data
+        if source is None:
+            flat[offset:offset + n].zero_()
+        else:
+            flat[offset:offset + n].copy_(source.reshape(-1))
+        offset += n
+
+
+def _unpack(params, flat: torch.Tensor, grads: bool) -> None:
+    offset = 0
+    for p in params:
+        n = p.numel()
+        view = flat[offset:offset + n].view_as(p)
+        if grads:
+            if p.grad is None:
+                p.grad = view.clone()
+            else:
+                p.grad.copy_(view)
+        else:
+            p.data.copy_(view)
+        offset += n
+
+
+def _sum_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:
+    buf = torch.tensor(values, dtype=torch.float64)
+    if ctx.size > 1:
+        ctx.comm.allreduce_(buf)
+    return buf.tolist()
+
+
+def _max_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:
+    buf = torch.tensor(values, dtype=torch.float64)
+    if ctx.size > 1:
+        ctx.comm.allreduce_(buf, op="max")
+    return buf.tolist()
+
+
+def train_step(state: RankState, epoch: int) -> float:
+    """One epoch of full-batch training; returns the global loss."""
+    model, graph = state.model, state.graph
+    model.train()
+    model.epoch = epoch
+    state.optimizer.zero_grad(set_to_none=False)
+    logits = model(graph.x, state.halo_x)
+    mask = graph.train_mask
+    loss = F.cross_entropy(logits[mask], graph.y[mask], reduction="sum") / state.num_train
+    loss.backward()
+    params = list(model.parameters())
+    _pack(params, state.flat, grads=True)
+    state.flat[-1] = loss.detach()
+    state.exchanger.allreduce_(state.flat)
+    global_loss = float(state.flat[-1])
+    if not math.isfinite(global_loss):
+        raise TrainingDiverged(f"loss became {global_loss} at epoch {epoch}: lower --lr, or check the input "
+                               f"features for NaN/inf")
+    _unpack(params, state.flat, grads=True)
+    state.optimizer.step()
+    return global_loss
+
+
+@torch.no_grad()
+def evaluate(state: RankState) -> dict:
+    """Train/val/test accuracy over all ranks' owned nodes (fractions in [0, 1])."""
+    state.model.eval()
+    graph = state.graph
+    logits = state.model(graph.x, state.halo_x)
+    return accuracies(state.ctx, logits, graph)
+
+
+def accuracies(ctx: RankContext, logits: torch.Tensor, graph: LocalGraph) -> dict:
+    correct = logits.argmax(1) == graph.y
+    counts = []
+    for mask in (graph.train_mask, graph.val_mask, graph.test_mask):
+        counts += [float(correct[mask].sum()), float(mask.sum())]
+    c = _sum_over_ranks(ctx, counts)
+    return {name: (c[2 * i] / c[2 * i + 1] if c[2 * i + 1] else 0.0)
+            for i, name in enumerate(("train_acc", "val_acc", "test_acc"))}
+
+
+def _maybe_inject_failure(rank: int, epoch: int) -> None:
+    spec = os.environ.get(FAIL_AT_ENV)
+    if spec:
+        fail_rank, fail_epoch = (int(v) for v in spec.split(":"))
+        if rank == fail_rank and epoch == fail_epoch:
+            raise RuntimeError(f"injected failure ({FAIL_AT_ENV}={spec})")
+
+
+def run_epochs(state: RankState) -> list[dict]:
+    ctx, config, counters = state.ctx, state.config, state.exchanger.counters
+    bar = None
+    if config.progress and ctx.is_root:
+        from tqdm import tqdm
+
+        bar = tqdm(total=config.epochs, desc=f"train P={ctx.size}", unit="epoch", dynamic_ncols=True)
+    records: list[dict] = []
+    last_acc = {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0}
+    for epoch in range(config.epochs):
+        _maybe_inject_failure(ctx.rank, epoch)
+        counters.reset()
+        start = time.perf_counter()
+        loss = train_step(state, epoch)
+        epoch_s = time.perf_counter() - start
+        train_traffic = (counters.halo_bytes, counters.halo_rows, counters.allreduce_bytes, counters.comm_s)
+        counters.reset()
+        eval_start = time.perf_counter()
+        if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
+            last_acc = evaluate(state)
+        eval_s = time.perf_counter() - eval_start
+        halo_bytes, halo_rows, allreduce_bytes, eval_halo_bytes = _sum_over_ranks(
+            ctx, [train_traffic[0], train_traffic[1], train_traffic[2], counters.halo_bytes])
+        slowest = _max_over_ranks(ctx, [epoch_s, train_traffic[3], eval_s])
+        record = {
+            "epoch": epoch, "loss": loss, **last_acc,
+            "epoch_s": slowest[0], "comm_s": slowest[1], "eval_s": slowest[2],
+            "halo_bytes": int(halo_bytes), "halo_rows": int(halo_rows), "eval_halo_bytes": int(eval_halo_bytes),
+            "allreduce_bytes": int(allreduce_bytes),
+        }
+        records.append(record)
+        state.metrics.write(record)
+        if bar is not None:
+            bar.set_postfix(loss=f"{loss:.4f}", val=f"{last_acc['val_acc']:.3f}",
+                            MB=f"{halo_bytes / 1e6:.1f}", refresh=False)
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return records
+
+
+def train(ctx: RankContext, config: TrainConfig) -> dict:
+    """Train on this rank's part; returns the final record (the same on every rank)."""
+    state = setup(ctx, config)
+    complete = False
+    try:
+        records = run_epochs(state)
+        peak = _max_over_ranks(ctx, [peak_rss_bytes()])[0]
+        final = summarise(records, {
+            "dataset": state.dataset, "num_parts": ctx.size, "mode": config.mode, "schedule": config.schedule,
+            "halo_dtype": config.halo_dtype, "model": config.model.model, "hidden": config.model.hidden,
+            "num_layers": config.model.num_layers, "seed": config.seed, "threads": config.threads,
+            "setup_halo_bytes": int(state.setup_halo_bytes), "peak_rss_bytes": int(peak),
+        })
+        state.metrics.write(final)
+        complete = True
+        return final
+    finally:
+        state.metrics.close(complete)
+
+
+def gather_logits(state: RankState) -> tuple[torch.Tensor, torch.Tensor]:
+    """(original node ids, eval-mode logits) of this rank's owned nodes; for checks and examples."""
+    state.model.eval()
+    with torch.no_grad():
+        return state.graph.node_ids, state.model(state.graph.x, state.halo_x)
+
+
+__all__ = ["TrainConfig", "RankState", "setup", "train_step", "evaluate", "run_epochs", "train",
+           "TrainingDiverged", "SCHEDULES", "HALO_DTYPES", "MODES", "asdict"]

@@ -1,0 +1,1 @@
+"""Sparse aggregation kernels behind one dispatcher (kernels.spmm)."""

@@ -1,0 +1,1 @@
+"""Graph loading, METIS partitioning and the on-disk partition format."""

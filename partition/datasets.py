@@ -1,0 +1,271 @@
+"""Dataset loaders behind one SPEC string (see docs/datasets.md).
+
+    synthetic:tiny|small|arxiv     seeded generators (partition.synthetic)
+    planetoid:Cora|CiteSeer|PubMed PyG's Planetoid raw files under ROOT/<name>/raw
+    ogbn-arxiv|ogbn-products|ogbn-papers100M
+                                   OGB raw files under ROOT/<dir>/ (ogb's own raw readers)
+    npz:PATH                       a user's graph in our .npz format
+
+No loader unpickles anything and none touches the network unless asked
+(`download=True`, OGB only).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from partition.graph import DatasetError, Graph, random_split, symmetrize
+from partition.synthetic import make_synthetic
+
+PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
+OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
+NPZ_SPLIT = (0.6, 0.2, 0.2)
+SPEC_FORMS = ("synthetic:tiny|small|arxiv, planetoid:Cora|CiteSeer|PubMed, "
+              "ogbn-arxiv, ogbn-products, ogbn-papers100M, npz:PATH")
+
+
+def load_dataset(spec: str, root: str | os.PathLike | None = None, *, seed: int = 0,
+                 download: bool = False) -> Graph:
+    """Load the graph named by `spec`; every failure is a DatasetError naming the fix."""
+    kind, _, arg = spec.partition(":")
+    if kind == "synthetic" and arg:
+        return make_synthetic(arg, seed)
+    if kind == "planetoid" and arg:
+        return load_planetoid(arg, _need_root(spec, root))
+    if spec in OGB_NAMES:
+        return load_ogb(spec, _need_root(spec, root), download=download)
+    if kind == "npz" and arg:
+        return load_npz(arg, seed=seed)
+    raise DatasetError(f"unknown dataset {spec!r}: use one of {SPEC_FORMS}")
+
+
+def _need_root(spec: str, root) -> Path:
+    if root is None:
+        raise DatasetError(f"dataset {spec!r} is read from disk: pass --root DIR (the folder holding it)")
+    return Path(root)
+
+
+def load_planetoid(name: str, root: Path) -> Graph:
+    """PyG's Planetoid (public split), read straight from the raw files.
+
+    `torch_geometric.datasets.Planetoid` would write processed/ next to the
+    raw files (often read-only, e.g. a shared data folder) and reload it with
+    torch.load; reading the raw files with PyG's own reader avoids both.
+    """
+    matches = [n for n in PLANETOID_NAMES if n.lower() == name.lower()]
+    if not matches:
+        raise DatasetError(f"unknown Planetoid dataset {name!r}: use planetoid:Cora, planetoid:CiteSeer or planetoid:PubMed")
+    name = matches[0]
+    raw_dir = root / name / "raw"
+    prefix = f"ind.{name.lower()}."
+    expected = [prefix + s for s in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")]
+    missing = [f for f in expected if not (raw_dir / f).is_file()]
+    if missing:
+        raise DatasetError(f"planetoid:{name}: missing {', '.join(missing)} in {raw_dir}: "
+                           f"put the Planetoid raw files there (or pass the right --root)")
+    from torch_geometric.io import read_planetoid_data
+
+    data = read_planetoid_data(str(raw_dir), name.lower())
+    num_nodes = int(data.num_nodes)
+    graph = Graph(
+        name=f"planetoid:{name}",
+        edge_index=symmetrize(data.edge_index.numpy(), num_nodes),
+        x=data.x.numpy().astype(np.float32, copy=False),
+        y=data.y.numpy().astype(np.int64, copy=False),
+        train_mask=data.train_mask.numpy(),
+        val_mask=data.val_mask.numpy(),
+        test_mask=data.test_mask.numpy(),
+        num_classes=int(data.y.max()) + 1,
+    )
+    graph.validate()
+    return graph
+
+
+def _import_ogb_quietly():
+    """Import ogb without its PyPI version check.
+
+    `import ogb` starts a non-daemon thread that calls PyPI with no timeout
+    (via the `outdated` package); on a cluster without internet that can keep
+    the process alive. When `outdated` is not imported yet we hide it, so
+    ogb skips the check (it does so itself when the import fails).
+    """
+    hid = "outdated" not in sys.modules
+    if hid:
+        sys.modules["outdated"] = None  # type: ignore[assignment]
+    try:
+        import ogb.io.read_graph_raw as raw_readers
+        import ogb.nodeproppred
+    finally:
+        if hid and sys.modules.get("outdated", 0) is None:
+            del sys.modules["outdated"]
+    return raw_readers, ogb.nodeproppred
+
+
+def ogb_meta(name: str) -> dict:
+    """The row of ogb's master.csv for `name` (directory, split, binary, url...)."""
+    import pandas as pd
+
+    _, nodeproppred = _import_ogb_quietly()
+    master = pd.read_csv(Path(nodeproppred.__file__).parent / "master.csv", index_col=0, keep_default_na=False)
+    return dict(master[name])
+
+
+def ogb_expected_files(name: str, root: Path) -> list[Path]:
+    meta = ogb_meta(name)
+    base = root / name.replace("-", "_")
+    split_dir = base / "split" / meta["split"]
+    if meta["binary"] == "True":
+        raw = [base / "raw" / "data.npz", base / "raw" / "node-label.npz"]
+    else:
+        raw = [base / "raw" / "edge.csv.gz", base / "raw" / "node-feat.csv.gz",
+               base / "raw" / "num-node-list.csv.gz", base / "raw" / "num-edge-list.csv.gz",
+               base / "raw" / "node-label.csv.gz"]
+    return raw + [split_dir / f"{part}.csv.gz" for part in ("train", "valid", "test")]
+
+
+def load_ogb(name: str, root: Path, *, download: bool = False) -> Graph:
+    """An OGB node-property dataset with its official split, from ogb's raw files.
+
+    ogb's own `NodePropPredDataset` prompts with input() on a version mismatch,
+    downloads when raw files are missing and caches pickles that torch's
+    weights_only loading refuses; we call its raw readers directly instead and
+    keep a cache of our own as a plain .npz.
+    """
+    import pandas as pd
+
+    raw_readers, _ = _import_ogb_quietly()
+    meta = ogb_meta(name)
+    base = root / name.replace("-", "_")
+    cache = base / "gnn_dist_cache.npz"
+    if cache.is_file():
+        return _graph_from_npz(cache, name, seed=0, split_required=True)
+
+    missing = [p for p in ogb_expected_files(name, root) if not p.is_file()]
+    if missing and download:
+        _download_ogb(name, root, meta)
+        missing = [p for p in ogb_expected_files(name, root) if not p.is_file()]
+    if missing:
+        raise DatasetError(f"{name}: missing {', '.join(str(p) for p in missing)}: place OGB's raw files "
+                           f"under {base} (as ogb unpacks them), or pass --download on a machine with internet")
+
+    raw_dir = str(base / "raw")
+    add_inverse = meta["add_inverse_edge"] == "True"
+    if meta["binary"] == "True":
+        graph_dict = raw_readers.read_binary_graph_raw(raw_dir, add_inverse_edge=add_inverse)[0]
+        labels = np.load(base / "raw" / "node-label.npz", allow_pickle=False)["node_label"]
+    else:
+        graph_dict = raw_readers.read_csv_graph_raw(raw_dir, add_inverse_edge=add_inverse)[0]
+        labels = pd.read_csv(base / "raw" / "node-label.csv.gz", compression="gzip", header=None).values
+    num_nodes = int(graph_dict["num_nodes"])
+    labels = np.asarray(labels).reshape(num_nodes, -1)[:, 0]
+    # papers100M labels only a small subset; unlabelled nodes carry NaN.
+    y = np.where(np.isnan(labels.astype(np.float64)), -1, labels).astype(np.int64)
+
+    masks = []
+    for part in ("train", "valid", "test"):
+        idx = pd.read_csv(base / "split" / meta["split"] / f"{part}.csv.gz", compression="gzip", header=None).values[:, 0]
+        mask = np.zeros(num_nodes, dtype=bool)
+        mask[idx.astype(np.int64)] = True
+        masks.append(mask)
+
+    graph = Graph(
+        name=name,
+        edge_index=symmetrize(graph_dict["edge_index"], num_nodes),
+        x=np.asarray(graph_dict["node_feat"], dtype=np.float32),
+        y=y,
+        train_mask=masks[0],
+        val_mask=masks[1],
+        test_mask=masks[2],
+        num_classes=int(meta["num classes"]),
+    )
+    graph.validate()
+    _write_cache(graph, cache)
+    return graph
+
+
+def _download_ogb(name: str, root: Path, meta: dict) -> None:
+    import shutil
+
+    from ogb.utils.url import download_url, extract_zip
+
+    root.mkdir(parents=True, exist_ok=True)
+    path = download_url(meta["url"], str(root))
+    extract_zip(path, str(root))
+    os.unlink(path)
+    target = root / name.replace("-", "_")
+    unpacked = root / meta["download_name"]
+    if unpacked != target:
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.move(str(unpacked), str(target))
+
+
+def _write_cache(graph: Graph, cache: Path) -> None:
+    """Best effort: a read-only dataset folder simply goes uncached."""
+    tmp = cache.with_name(cache.name + f".tmp-{os.getpid()}.npz")
+    try:
+        np.savez(tmp, edge_index=graph.edge_index, x=graph.x, y=graph.y, train_mask=graph.train_mask,
+                 val_mask=graph.val_mask, test_mask=graph.test_mask, num_classes=np.int64(graph.num_classes))
+        os.replace(tmp, cache)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def load_npz(path: str | os.PathLike, *, seed: int = 0) -> Graph:
+    """A user's graph in the .npz format of docs/datasets.md."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"npz:{path}: no such file: give the path of a .npz graph (format in docs/datasets.md)")
+    return _graph_from_npz(path, f"npz:{path}", seed=seed, split_required=False)
+
+
+def _graph_from_npz(path: Path, name: str, *, seed: int, split_required: bool) -> Graph:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except ValueError as err:  # object arrays need pickle, which we refuse
+        raise DatasetError(f"{path}: cannot read without unpickling ({err}): save plain numeric arrays") from err
+    except (OSError, EOFError, Exception) as err:  # zipfile.BadZipFile and friends
+        raise DatasetError(f"{path}: not a readable .npz archive ({type(err).__name__}: {err}): re-create the file") from err
+
+    for key in ("edge_index", "x", "y"):
+        if key not in arrays:
+            raise DatasetError(f"{path}: missing array {key!r}: a graph .npz needs edge_index, x and y "
+                               f"(format in docs/datasets.md)")
+    x = np.asarray(arrays["x"])
+    if x.ndim != 2 or not np.issubdtype(x.dtype, np.number):
+        raise DatasetError(f"{path}: x must be a numeric [N, F] array, got {x.dtype} {x.shape}")
+    num_nodes = x.shape[0]
+    y = np.asarray(arrays["y"]).reshape(-1)
+    if y.shape[0] != num_nodes or not np.issubdtype(y.dtype, np.integer):
+        raise DatasetError(f"{path}: y must be integer [{num_nodes}] (one label per row of x), got {y.dtype} {y.shape}")
+    edge_index = np.asarray(arrays["edge_index"])
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2 or not np.issubdtype(edge_index.dtype, np.integer):
+        raise DatasetError(f"{path}: edge_index must be integer [2, E], got {edge_index.dtype} {edge_index.shape}")
+
+    mask_keys = ("train_mask", "val_mask", "test_mask")
+    present = [k for k in mask_keys if k in arrays]
+    if present and len(present) != 3:
+        raise DatasetError(f"{path}: has {', '.join(present)} but not all of {', '.join(mask_keys)}: give all three or none")
+    if present:
+        masks = tuple(np.asarray(arrays[k]).astype(bool).reshape(-1) for k in mask_keys)
+    elif split_required:
+        raise DatasetError(f"{path}: cached dataset lacks its split: delete the file to rebuild it")
+    else:
+        masks = random_split(num_nodes, seed, NPZ_SPLIT)
+        print(f"{name}: no train/val/test masks in the file; using a seeded random "
+              f"{int(NPZ_SPLIT[0]*100)}/{int(NPZ_SPLIT[1]*100)}/{int(NPZ_SPLIT[2]*100)} split (seed {seed})",
+              file=sys.stderr)
+
+    y = y.astype(np.int64)
+    if "num_classes" in arrays:
+        num_classes = int(arrays["num_classes"])
+    else:
+        num_classes = int(y.max()) + 1 if y.size else 0
+    graph = Graph(name, symmetrize(edge_index, num_nodes), x.astype(np.float32, copy=False), y,
+                  masks[0], masks[1], masks[2], num_classes)
+    graph.validate()
+    return graph

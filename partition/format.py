@@ -1,0 +1,263 @@
+"""The on-disk partition directory: typed, versioned, checksummed, pickle-free.
+
+    OUT/meta.json        PartitionMeta (format_version, sizes, per-part stats, sha256 of each file)
+    OUT/node_map.npy     int64 [N]: new (contiguous per part) id -> the dataset's original id
+    OUT/part-00000.npz   one per part: the arrays of PART_ARRAYS
+
+A directory is written under a temporary name and renamed into place at the
+end, so an interrupted run never leaves a directory that looks complete.
+Every load checks the version, the checksum of the file it reads, and the
+names, dtypes and shapes of its arrays; each failure is one PartitionFormatError
+naming the file and the fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+NODE_MAP_FILE = "node_map.npy"
+
+# name -> (dtype, shape in terms of n_owned, n_halo, nnz, P, F, S = total rows sent)
+PART_ARRAYS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "node_ids": ("int64", ("n_owned",)),
+    "halo_ids": ("int64", ("n_halo",)),
+    "halo_owner": ("int32", ("n_halo",)),
+    "halo_index_on_owner": ("int64", ("n_halo",)),
+    "indptr": ("int64", ("n_owned+1",)),
+    "indices": ("int64", ("nnz",)),
+    "x": ("float32", ("n_owned", "F")),
+    "y": ("int64", ("n_owned",)),
+    "train_mask": ("bool", ("n_owned",)),
+    "val_mask": ("bool", ("n_owned",)),
+    "test_mask": ("bool", ("n_owned",)),
+    "deg": ("int64", ("n_owned+n_halo",)),
+    "send_ptr": ("int64", ("P+1",)),
+    "send_idx": ("int64", ("S",)),
+}
+
+
+class PartitionFormatError(ValueError):
+    """A partition directory or part file is unusable; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class PartInfo:
+    file: str
+    sha256: str
+    owned: int
+    halo: int
+    local_edges: int
+    cut_edges: int
+    train: int
+
+
+@dataclass(frozen=True)
+class PartitionMeta:
+    format_version: int
+    partition_id: str  # random per partition run: refuses part files mixed from two runs
+    dataset: str
+    num_nodes: int
+    num_edges: int     # directed entries of the symmetrised graph
+    num_parts: int
+    num_features: int
+    num_classes: int
+    num_train: int
+    method: str
+    seed: int
+    partptr: list[int]
+    parts: list[PartInfo]
+
+    @property
+    def edge_cut(self) -> int:
+        """Undirected edges whose endpoints lie in different parts."""
+        return sum(p.cut_edges for p in self.parts) // 2
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+    @classmethod
+    def from_dict(cls, raw: dict, where: Path) -> "PartitionMeta":
+        version = raw.get("format_version")
+        if version != FORMAT_VERSION:
+            raise PartitionFormatError(f"{where}: format_version {version!r}, this gnn-dist reads version "
+                                       f"{FORMAT_VERSION}: re-run gnn-dist partition")
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [name for name in names if name not in raw]
+        if missing:
+            raise PartitionFormatError(f"{where}: missing keys {', '.join(missing)}: the directory is damaged, "
+                                       f"re-run gnn-dist partition")
+        try:
+            parts = [PartInfo(**p) for p in raw["parts"]]
+            values = {name: raw[name] for name in names if name != "parts"}
+            meta = cls(parts=parts, **values)
+        except TypeError as err:
+            raise PartitionFormatError(f"{where}: malformed parts list ({err}): re-run gnn-dist partition") from err
+        if len(meta.parts) != meta.num_parts or len(meta.partptr) != meta.num_parts + 1:
+            raise PartitionFormatError(f"{where}: num_parts={meta.num_parts} disagrees with its parts list: "
+                                       f"re-run gnn-dist partition")
+        return meta
+
+
+@dataclass(frozen=True)
+class PartData:
+    """One part as loaded: numpy arrays named as in PART_ARRAYS, plus the meta."""
+
+    meta: PartitionMeta
+    part_id: int
+    arrays: dict
+
+    def __getattr__(self, name: str):
+        arrays = object.__getattribute__(self, "arrays")
+        if name in arrays:
+            return arrays[name]
+        raise AttributeError(name)
+
+    @property
+    def n_owned(self) -> int:
+        return int(self.arrays["node_ids"].shape[0])
+
+    @property
+    def n_halo(self) -> int:
+        return int(self.arrays["halo_ids"].shape[0])
+
+
+def part_file_name(k: int) -> str:
+    return f"part-{k:05d}.npz"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save(out: str | os.PathLike, meta_fields: dict, node_map: np.ndarray, part_arrays: list[dict],
+         part_infos: list[dict], *, overwrite: bool = False) -> PartitionMeta:
+    """Write a partition directory atomically and return its meta.
+
+    meta_fields: every PartitionMeta field except format_version, partition_id and parts.
+    part_infos: per part the stats (owned, halo, local_edges, cut_edges); file and sha256 are filled here.
+    """
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise PartitionFormatError(f"{out} already exists: pass --overwrite or choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        partition_id = uuid.uuid4().hex
+        infos = []
+        for k, (arrays, stats) in enumerate(zip(part_arrays, part_infos)):
+            name = part_file_name(k)
+            np.savez(tmp / name, partition_id=np.array(partition_id), part_id=np.int64(k), **arrays)
+            infos.append(PartInfo(file=name, sha256=sha256_of(tmp / name), **stats))
+        np.save(tmp / NODE_MAP_FILE, node_map.astype(np.int64))
+        meta = PartitionMeta(format_version=FORMAT_VERSION, partition_id=partition_id, parts=infos, **meta_fields)
+        (tmp / META_FILE).write_text(meta.to_json())
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(out, old)
+            os.rename(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return meta
+
+
+def load_meta(directory: str | os.PathLike) -> PartitionMeta:
+    directory = Path(directory)
+    path = directory / META_FILE
+    if not directory.is_dir():
+        raise PartitionFormatError(f"{directory}: no such partition directory: run gnn-dist partition --out {directory}")
+    if not path.is_file():
+        raise PartitionFormatError(f"{path} is missing: {directory} is not a complete partition directory, "
+                                   f"re-run gnn-dist partition")
+    try:
+        raw = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PartitionFormatError(f"{path}: not valid JSON ({err}): re-run gnn-dist partition") from err
+    if not isinstance(raw, dict):
+        raise PartitionFormatError(f"{path}: expected a JSON object: re-run gnn-dist partition")
+    return PartitionMeta.from_dict(raw, path)
+
+
+def verify_part_file(directory: Path, meta: PartitionMeta, k: int) -> Path:
+    info = meta.parts[k]
+    path = directory / info.file
+    if not path.is_file():
+        raise PartitionFormatError(f"{path} is missing: re-run gnn-dist partition")
+    actual = sha256_of(path)
+    if actual != info.sha256:
+        raise PartitionFormatError(f"{path} is corrupt (sha256 {actual[:12]}... != {info.sha256[:12]}... in "
+                                   f"{META_FILE}): re-run gnn-dist partition")
+    return path
+
+
+def load_part(directory: str | os.PathLike, k: int, meta: PartitionMeta | None = None) -> PartData:
+    """Load and check part k; never unpickles."""
+    directory = Path(directory)
+    meta = meta or load_meta(directory)
+    if not 0 <= k < meta.num_parts:
+        raise PartitionFormatError(f"{directory}: part {k} requested but there are {meta.num_parts} parts")
+    path = verify_part_file(directory, meta, k)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        raise PartitionFormatError(f"{path}: unreadable part file ({err}): re-run gnn-dist partition") from err
+
+    stored_id = str(arrays.pop("partition_id", ""))
+    if stored_id != meta.partition_id:
+        raise PartitionFormatError(f"{path} belongs to another partition run than {directory / META_FILE}: "
+                                   f"do not mix part files; re-run gnn-dist partition")
+    if int(arrays.pop("part_id", -1)) != k:
+        raise PartitionFormatError(f"{path} does not hold part {k}: do not rename part files; re-run gnn-dist partition")
+    _check_arrays(path, arrays, meta, k)
+    return PartData(meta=meta, part_id=k, arrays=arrays)
+
+
+def _check_arrays(path: Path, arrays: dict, meta: PartitionMeta, k: int) -> None:
+    missing = [name for name in PART_ARRAYS if name not in arrays]
+    if missing:
+        raise PartitionFormatError(f"{path}: missing arrays {', '.join(missing)}: re-run gnn-dist partition")
+    info = meta.parts[k]
+    sizes = {
+        "n_owned": info.owned, "n_halo": info.halo, "n_owned+1": info.owned + 1,
+        "nnz": info.local_edges + info.cut_edges, "n_owned+n_halo": info.owned + info.halo,
+        "F": meta.num_features, "P+1": meta.num_parts + 1, "S": int(arrays["send_ptr"][-1]) if arrays["send_ptr"].size else -1,
+    }
+    for name, (dtype, shape) in PART_ARRAYS.items():
+        array = arrays[name]
+        expected = tuple(sizes[s] for s in shape)
+        if str(array.dtype) != dtype or array.shape != expected:
+            raise PartitionFormatError(f"{path}: array {name} is {array.dtype} {array.shape}, expected {dtype} "
+                                       f"{expected}: re-run gnn-dist partition")
+    indices = arrays["indices"]
+    if indices.size and (indices.min() < 0 or indices.max() >= info.owned + info.halo):
+        raise PartitionFormatError(f"{path}: CSR column out of range: re-run gnn-dist partition")
+    if arrays["indptr"][0] != 0 or arrays["indptr"][-1] != indices.size or np.any(np.diff(arrays["indptr"]) < 0):
+        raise PartitionFormatError(f"{path}: CSR indptr is not a valid row pointer: re-run gnn-dist partition")
+
+
+def load_node_map(directory: str | os.PathLike) -> np.ndarray:
+    path = Path(directory) / NODE_MAP_FILE
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as err:
+        raise PartitionFormatError(f"{path}: unreadable ({err}): re-run gnn-dist partition") from err

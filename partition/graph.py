@@ -1,0 +1,108 @@
+"""The in-memory graph every loader returns, and the edge clean-up they share.
+
+A `Graph` is always undirected in the sense GNN training needs: both
+directions of every edge are stored, each directed edge once, no self loops.
+Self loops are the model's business (GCN adds them in its normalisation),
+not the dataset's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class DatasetError(ValueError):
+    """A dataset could not be loaded; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A node-classification graph.
+
+    Shapes:
+        edge_index: int64 [2, E] (row 0 source, row 1 target), symmetric
+        x: float32 [N, F]; y: int64 [N]; *_mask: bool [N]
+    """
+
+    name: str
+    edge_index: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    train_mask: np.ndarray
+    val_mask: np.ndarray
+    test_mask: np.ndarray
+    num_classes: int
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    def validate(self) -> None:
+        """Check shapes, dtypes and ranges; raise DatasetError naming the field."""
+        n = self.num_nodes
+        if n == 0:
+            raise DatasetError(f"dataset {self.name!r} has no nodes: a graph needs at least one node")
+        if self.x.ndim != 2 or self.x.dtype != np.float32:
+            raise DatasetError(f"dataset {self.name!r}: x must be float32 [N, F], got {self.x.dtype} {self.x.shape}")
+        if self.y.shape != (n,) or self.y.dtype != np.int64:
+            raise DatasetError(f"dataset {self.name!r}: y must be int64 [{n}], got {self.y.dtype} {self.y.shape}")
+        for mask_name in ("train_mask", "val_mask", "test_mask"):
+            mask = getattr(self, mask_name)
+            if mask.shape != (n,) or mask.dtype != np.bool_:
+                raise DatasetError(f"dataset {self.name!r}: {mask_name} must be bool [{n}], got {mask.dtype} {mask.shape}")
+        if not self.train_mask.any():
+            raise DatasetError(f"dataset {self.name!r} has no training nodes: give train_mask at least one True")
+        labelled = self.train_mask | self.val_mask | self.test_mask
+        if labelled.any() and (self.y[labelled].min() < 0 or self.y[labelled].max() >= self.num_classes):
+            raise DatasetError(
+                f"dataset {self.name!r}: labels of train/val/test nodes must lie in [0, {self.num_classes})")
+        if self.edge_index.ndim != 2 or self.edge_index.shape[0] != 2 or self.edge_index.dtype != np.int64:
+            raise DatasetError(f"dataset {self.name!r}: edge_index must be int64 [2, E], got "
+                               f"{self.edge_index.dtype} {self.edge_index.shape}")
+        if self.num_edges and (self.edge_index.min() < 0 or self.edge_index.max() >= n):
+            raise DatasetError(f"dataset {self.name!r}: edge_index refers to nodes outside [0, {n})")
+
+
+def symmetrize(edge_index: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Both directions of every edge, each directed edge once, self loops removed.
+
+    The result is sorted by (target, source), which is also the CSR order the
+    partition builder wants.
+    """
+    edge_index = np.asarray(edge_index, dtype=np.int64)
+    if edge_index.size == 0:
+        return np.zeros((2, 0), dtype=np.int64)
+    if edge_index.min() < 0 or edge_index.max() >= num_nodes:
+        raise DatasetError(f"edge_index refers to nodes outside [0, {num_nodes}): fix the edge list")
+    src, dst = edge_index
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    both_src = np.concatenate([src, dst])
+    both_dst = np.concatenate([dst, src])
+    # One int64 key per directed edge makes de-duplication a single np.unique.
+    keys = np.unique(both_dst * num_nodes + both_src)
+    return np.stack([keys % num_nodes, keys // num_nodes])
+
+
+def random_split(num_nodes: int, seed: int, fractions: tuple[float, float, float]) -> tuple[np.ndarray, ...]:
+    """Seeded train/val/test masks with the given fractions (the rest unlabelled)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(num_nodes)
+    n_train = max(1, int(round(fractions[0] * num_nodes)))
+    n_val = int(round(fractions[1] * num_nodes))
+    n_test = int(round(fractions[2] * num_nodes))
+    masks = []
+    for start, stop in ((0, n_train), (n_train, n_train + n_val), (n_train + n_val, n_train + n_val + n_test)):
+        mask = np.zeros(num_nodes, dtype=bool)
+        mask[order[start:stop]] = True
+        masks.append(mask)
+    return tuple(masks)

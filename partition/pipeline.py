@@ -1,0 +1,23 @@
+"""Dataset -> part vector -> per-part arrays -> partition directory, in one call."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from partition.build import build_parts, part_stats
+from partition.format import PartitionMeta, save
+from partition.graph import Graph
+from partition.metis import assign_parts
+
+
+def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, method: str = "metis",
+                    seed: int = 0, balance_train: bool = False, overwrite: bool = False) -> PartitionMeta:
+    parts = assign_parts(graph, num_parts, method=method, seed=seed, balance_train=balance_train)
+    partptr, node_map, part_arrays = build_parts(graph, parts, num_parts)
+    infos = [dataclasses.asdict(part_stats(arrays)) for arrays in part_arrays]
+    meta_fields = dict(
+        dataset=graph.name, num_nodes=graph.num_nodes, num_edges=graph.num_edges, num_parts=num_parts,
+        num_features=graph.num_features, num_classes=graph.num_classes, num_train=int(graph.train_mask.sum()),
+        method=method, seed=seed, partptr=[int(v) for v in partptr],
+    )
+    return save(out, meta_fields, node_map, part_arrays, infos, overwrite=overwrite)
