@@ -5,7 +5,8 @@ A degree-corrected stochastic block model: every node belongs to a community
 law), and most of its edges stay inside its community (so METIS finds the
 communities and GCN gains from aggregation). Features are a class centroid
 plus noise, so they predict the class only in part and the graph is needed
-for good accuracy. Everything is vectorised: `arxiv` (169,343 nodes, about
+for good accuracy (on `small`, a 2-layer MLP scores about 27% test accuracy
+and a 2-layer GCN about 88%). Everything is vectorised: `arxiv` (169,343 nodes, about
 1.17M directed edges before symmetrisation) generates in a few seconds.
 
 The same (name, seed) gives the same graph on every machine: only numpy's
@@ -32,11 +33,11 @@ class SyntheticSpec:
 
 
 PRESETS: dict[str, SyntheticSpec] = {
-    "tiny": SyntheticSpec(400, 1_600, 16, 4, 0.85, 0.45, (0.6, 0.2, 0.2)),
-    "small": SyntheticSpec(5_000, 30_000, 64, 10, 0.8, 0.3, (0.5, 0.2, 0.3)),
+    "tiny": SyntheticSpec(400, 1_600, 16, 4, 0.8, 0.25, (0.6, 0.2, 0.2)),
+    "small": SyntheticSpec(5_000, 30_000, 64, 10, 0.7, 0.12, (0.5, 0.2, 0.3)),
     # ogbn-arxiv's size: 169,343 nodes, 1,166,243 directed edges, 128 features, 40 classes;
     # its time split is 54% / 18% / 28%.
-    "arxiv": SyntheticSpec(169_343, 1_166_243, 128, 40, 0.75, 0.25, (0.54, 0.18, 0.28)),
+    "arxiv": SyntheticSpec(169_343, 1_166_243, 128, 40, 0.65, 0.1, (0.54, 0.18, 0.28)),
 }
 
 

@@ -1,0 +1,79 @@
+"""Shared helpers: the real-data folder, partition fixtures and an mpiexec runner."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+PLANETOID_ROOT = SHARED_DATA / "planetoid"
+FACEBOOK_NPZ = SHARED_DATA / "npz" / "facebook.npz"
+
+
+def _mpiexec() -> str | None:
+    local = Path(sys.executable).parent / "mpiexec"
+    return str(local) if local.exists() else shutil.which("mpiexec")
+
+
+MPIEXEC = _mpiexec()
+
+
+@pytest.fixture
+def cora_root() -> Path:
+    if not (PLANETOID_ROOT / "Cora" / "raw" / "ind.cora.graph").is_file():
+        pytest.skip(f"real Cora data not found under {PLANETOID_ROOT} (../shared/data is absent)")
+    return PLANETOID_ROOT
+
+
+@pytest.fixture
+def facebook_npz() -> Path:
+    if not FACEBOOK_NPZ.is_file():
+        pytest.skip(f"{FACEBOOK_NPZ} not found (../shared/data is absent)")
+    return FACEBOOK_NPZ
+
+
+def run_cli(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m gnn_dist ARGS` in one process."""
+    return subprocess.run([sys.executable, "-m", "gnn_dist", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def run_mpi(n: int, *args: str, script: str | None = None, timeout: float = 180,
+            env: dict | None = None) -> subprocess.CompletedProcess:
+    """`mpiexec -n N python -m gnn_dist ARGS` (or a script from tests/mpi_scripts)."""
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not found: pip install mpich (the [mpi] extra)")
+    target = [str(ROOT / "tests" / "mpi_scripts" / script)] if script else ["-m", "gnn_dist"]
+    return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, *target, *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+@pytest.fixture(scope="session")
+def tiny_graph():
+    from partition.datasets import load_dataset
+
+    return load_dataset("synthetic:tiny")
+
+
+@pytest.fixture(scope="session")
+def partitioned(tmp_path_factory):
+    """partitioned(spec, P, method='metis', root=None) -> directory, cached for the session."""
+    from partition.datasets import load_dataset
+    from partition.pipeline import partition_graph
+
+    cache: dict = {}
+
+    def make(spec: str, num_parts: int, method: str = "metis", root: str | None = None) -> Path:
+        key = (spec, num_parts, method, root)
+        if key not in cache:
+            out = tmp_path_factory.mktemp("parts") / f"p{num_parts}"
+            partition_graph(load_dataset(spec, root), num_parts, out, method=method)
+            cache[key] = out
+        return cache[key]
+
+    return make

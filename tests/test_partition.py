@@ -1,0 +1,281 @@
+"""Partitioner and format: edge-set identity, data placement, quality, determinism, bad input."""
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+
+from partition import format as fmt
+from partition.datasets import load_dataset
+from partition.format import PartitionFormatError, load_meta, load_node_map, load_part
+from partition.graph import Graph
+from partition.metis import PartitionError, assign_parts
+from partition.pipeline import partition_graph
+from tests.conftest import run_cli
+
+
+def owner_of_original(directory) -> np.ndarray:
+    """Part of every original node id, from node_map + partptr alone."""
+    meta = load_meta(directory)
+    node_map = load_node_map(directory)
+    owner = np.empty(meta.num_nodes, dtype=np.int64)
+    for k in range(meta.num_parts):
+        owner[node_map[meta.partptr[k]:meta.partptr[k + 1]]] = k
+    return owner
+
+
+def check_round_trip(graph: Graph, directory) -> None:
+    """Every invariant of the public part format, against the dataset itself."""
+    meta = load_meta(directory)
+    parts = [load_part(directory, k, meta) for k in range(meta.num_parts)]
+    owner = owner_of_original(directory)
+    degree = np.bincount(graph.edge_index[1], minlength=graph.num_nodes)
+
+    seen = []
+    for k, part in enumerate(parts):
+        local_to_orig = np.concatenate([part.node_ids, part.halo_ids])
+        rows = np.repeat(part.node_ids, np.diff(part.indptr))
+        seen.append(np.stack([local_to_orig[part.indices], rows]))  # source -> target
+        assert np.all(owner[part.node_ids] == k)
+        assert np.all(owner[part.halo_ids] == part.halo_owner)
+        assert not np.isin(part.halo_ids, part.node_ids).any()
+        assert np.array_equal(part.x, graph.x[part.node_ids])
+        assert np.array_equal(part.y, graph.y[part.node_ids])
+        for mask in ("train_mask", "val_mask", "test_mask"):
+            assert np.array_equal(getattr(part, mask), getattr(graph, mask)[part.node_ids])
+        assert np.array_equal(part.deg, degree[local_to_orig])
+        for h, (q, idx) in enumerate(zip(part.halo_owner, part.halo_index_on_owner)):
+            assert parts[q].node_ids[idx] == part.halo_ids[h]
+        # what k sends to q is exactly q's halo owned by k, in q's order
+        for q in range(meta.num_parts):
+            sent = part.node_ids[part.send_idx[part.send_ptr[q]:part.send_ptr[q + 1]]]
+            assert np.array_equal(sent, parts[q].halo_ids[parts[q].halo_owner == k])
+    union = np.concatenate(seen, axis=1)
+    got = union[0] * graph.num_nodes + union[1]
+    want = graph.edge_index[0] * graph.num_nodes + graph.edge_index[1]
+    assert got.size == want.size  # each edge once
+    assert np.array_equal(np.sort(got), np.sort(want))
+
+
+@pytest.mark.parametrize("num_parts", [1, 2, 3, 4])
+def test_round_trip_synthetic(tmp_path, num_parts):
+    graph = load_dataset("synthetic:small")
+    partition_graph(graph, num_parts, tmp_path / "p", seed=1)
+    check_round_trip(graph, tmp_path / "p")
+
+
+def test_round_trip_random_method(tmp_path, tiny_graph):
+    partition_graph(tiny_graph, 3, tmp_path / "p", method="random")
+    check_round_trip(tiny_graph, tmp_path / "p")
+
+
+def test_round_trip_cora(tmp_path, cora_root):
+    graph = load_dataset("planetoid:Cora", cora_root)
+    partition_graph(graph, 4, tmp_path / "p")
+    check_round_trip(graph, tmp_path / "p")
+
+
+def test_single_part_has_no_halo(tmp_path, tiny_graph):
+    meta = partition_graph(tiny_graph, 1, tmp_path / "p")
+    part = load_part(tmp_path / "p", 0)
+    assert part.n_halo == 0 and meta.edge_cut == 0 and part.send_idx.size == 0
+
+
+def test_metis_cut_far_below_random(tmp_path):
+    graph = load_dataset("synthetic:small")
+    metis = partition_graph(graph, 4, tmp_path / "m")
+    random = partition_graph(graph, 4, tmp_path / "r", method="random")
+    # independent count of cut edges from the owner map
+    for directory, meta in ((tmp_path / "m", metis), (tmp_path / "r", random)):
+        owner = owner_of_original(directory)
+        src, dst = graph.edge_index
+        assert meta.edge_cut == int(np.count_nonzero(owner[src] != owner[dst])) // 2
+    assert metis.edge_cut < 0.5 * random.edge_cut
+
+
+def test_partition_is_deterministic(tmp_path, tiny_graph):
+    a = assign_parts(tiny_graph, 4, seed=5)
+    b = assign_parts(tiny_graph, 4, seed=5)
+    assert np.array_equal(a, b)
+    partition_graph(tiny_graph, 4, tmp_path / "a", seed=5)
+    partition_graph(tiny_graph, 4, tmp_path / "b", seed=5)
+    for k in range(4):
+        pa, pb = load_part(tmp_path / "a", k), load_part(tmp_path / "b", k)
+        for name in fmt.PART_ARRAYS:
+            assert np.array_equal(pa.arrays[name], pb.arrays[name])
+
+
+def test_balance_train_keeps_training_nodes_balanced(tmp_path):
+    graph = load_dataset("synthetic:small")
+    meta = partition_graph(graph, 4, tmp_path / "p", balance_train=True)
+    train = [p.train for p in meta.parts]
+    assert max(train) / (sum(train) / 4) < 1.1
+    assert sum(train) == graph.train_mask.sum()
+
+
+def test_every_part_gets_a_node_on_a_tiny_graph(tmp_path):
+    graph = Graph("two", np.array([[0, 1], [1, 0]]), np.zeros((3, 2), np.float32), np.zeros(3, np.int64),
+                  np.array([True, True, True]), np.zeros(3, bool), np.zeros(3, bool), 1)
+    meta = partition_graph(graph, 3, tmp_path / "p")
+    assert [p.owned for p in meta.parts] == [1, 1, 1]
+    check_round_trip(graph, tmp_path / "p")
+
+
+@pytest.mark.parametrize("num_parts, message", [(0, "at least 1"), (401, "at most 400")])
+def test_bad_part_counts(tmp_path, tiny_graph, num_parts, message):
+    with pytest.raises(PartitionError, match=message):
+        partition_graph(tiny_graph, num_parts, tmp_path / "p")
+    assert not (tmp_path / "p").exists()
+
+
+def test_empty_graph_is_refused(tmp_path):
+    empty = Graph("empty", np.zeros((2, 0), np.int64), np.zeros((0, 2), np.float32), np.zeros(0, np.int64),
+                  np.zeros(0, bool), np.zeros(0, bool), np.zeros(0, bool), 1)
+    with pytest.raises(PartitionError, match="no nodes"):
+        partition_graph(empty, 1, tmp_path / "p")
+
+
+def test_existing_output_needs_overwrite(tmp_path, tiny_graph):
+    partition_graph(tiny_graph, 2, tmp_path / "p")
+    with pytest.raises(PartitionFormatError, match="--overwrite"):
+        partition_graph(tiny_graph, 2, tmp_path / "p")
+    meta = partition_graph(tiny_graph, 3, tmp_path / "p", overwrite=True)
+    assert load_meta(tmp_path / "p").num_parts == 3 == meta.num_parts
+    assert sorted(os.listdir(tmp_path)) == ["p"]
+
+
+def test_interrupted_write_leaves_nothing_that_looks_complete(tmp_path, tiny_graph, monkeypatch):
+    real_savez = np.savez
+    calls = []
+
+    def failing_savez(path, **arrays):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real_savez(path, **arrays)
+
+    monkeypatch.setattr(fmt.np, "savez", failing_savez)
+    with pytest.raises(OSError):
+        partition_graph(tiny_graph, 3, tmp_path / "p")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.fixture
+def good_parts(tmp_path, tiny_graph):
+    partition_graph(tiny_graph, 2, tmp_path / "p")
+    return tmp_path / "p"
+
+
+def test_corrupt_part_file_is_named(good_parts):
+    path = good_parts / "part-00001.npz"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(PartitionFormatError, match=r"part-00001\.npz is corrupt"):
+        load_part(good_parts, 1)
+    load_part(good_parts, 0)  # the intact part still loads
+
+
+def test_truncated_and_missing_part_files(good_parts):
+    path = good_parts / "part-00000.npz"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(PartitionFormatError, match="corrupt"):
+        load_part(good_parts, 0)
+    (good_parts / "part-00001.npz").unlink()
+    with pytest.raises(PartitionFormatError, match=r"part-00001\.npz is missing"):
+        load_part(good_parts, 1)
+
+
+def _rewrite_meta(directory, change):
+    raw = json.loads((directory / "meta.json").read_text())
+    change(raw)
+    (directory / "meta.json").write_text(json.dumps(raw))
+
+
+def test_meta_wrong_version_and_missing_keys(good_parts):
+    _rewrite_meta(good_parts, lambda m: m.update(format_version=99))
+    with pytest.raises(PartitionFormatError, match="format_version 99"):
+        load_meta(good_parts)
+    _rewrite_meta(good_parts, lambda m: (m.update(format_version=1), m.pop("partptr")))
+    with pytest.raises(PartitionFormatError, match="missing keys partptr"):
+        load_meta(good_parts)
+    (good_parts / "meta.json").write_text("{not json")
+    with pytest.raises(PartitionFormatError, match="not valid JSON"):
+        load_meta(good_parts)
+
+
+def test_parts_from_two_runs_are_not_mixed(tmp_path, tiny_graph):
+    partition_graph(tiny_graph, 2, tmp_path / "a")
+    partition_graph(tiny_graph, 2, tmp_path / "b")
+    (tmp_path / "a" / "part-00001.npz").write_bytes((tmp_path / "b" / "part-00001.npz").read_bytes())
+    # even with the checksum patched in, the run id gives it away
+    _rewrite_meta(tmp_path / "a", lambda m: m["parts"][1].update(
+        sha256=fmt.sha256_of(tmp_path / "a" / "part-00001.npz")))
+    with pytest.raises(PartitionFormatError, match="another partition run"):
+        load_part(tmp_path / "a", 1)
+
+
+def test_pickled_part_file_is_refused(good_parts):
+    path = good_parts / "part-00000.npz"
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {k: archive[k] for k in archive.files}
+    arrays["x"] = np.array([object()], dtype=object)
+    np.savez(path, **arrays)
+    _rewrite_meta(good_parts, lambda m: m["parts"][0].update(sha256=fmt.sha256_of(path)))
+    with pytest.raises(PartitionFormatError, match="unreadable part file"):
+        load_part(good_parts, 0)
+    assert zipfile.is_zipfile(path)
+
+
+def test_wrong_dtype_is_named(good_parts):
+    path = good_parts / "part-00000.npz"
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {k: archive[k] for k in archive.files}
+    arrays["y"] = arrays["y"].astype(np.int32)
+    np.savez(path, **arrays)
+    _rewrite_meta(good_parts, lambda m: m["parts"][0].update(sha256=fmt.sha256_of(path)))
+    with pytest.raises(PartitionFormatError, match="array y is int32"):
+        load_part(good_parts, 0)
+
+
+def test_cli_partition_and_inspect_json(tmp_path):
+    out = tmp_path / "p"
+    done = run_cli("partition", "--dataset", "synthetic:tiny", "--num-parts", "3", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    done = run_cli("inspect", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    graph = load_dataset("synthetic:tiny")
+    owner = owner_of_original(out)
+    assert report["num_nodes"] == graph.num_nodes
+    assert report["edge_cut"] == int(np.count_nonzero(owner[graph.edge_index[0]] != owner[graph.edge_index[1]])) // 2
+    assert len(report["parts"]) == 3
+    halo = sum(load_part(out, k).n_halo for k in range(3))
+    assert report["replication_factor"] == pytest.approx((graph.num_nodes + halo) / graph.num_nodes)
+    assert report["halo_bytes_per_layer_per_column"] == 4 * halo
+
+
+def test_cli_inspect_names_a_corrupt_file(tmp_path, good_parts):
+    path = good_parts / "part-00001.npz"
+    path.write_bytes(path.read_bytes()[:-10])
+    done = run_cli("inspect", str(good_parts))
+    assert done.returncode != 0
+    assert "part-00001.npz is corrupt" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset", "nope", "--num-parts", "2"], "unknown dataset"),
+    (["--dataset", "synthetic:tiny", "--num-parts", "0"], "at least 1"),
+    (["--dataset", "synthetic:tiny", "--num-parts", "100000"], "more than the graph"),
+    (["--dataset", "ogbn-arxiv", "--root", "/nonexistent", "--num-parts", "2"], "missing"),
+])
+def test_cli_partition_bad_input(tmp_path, args, message):
+    done = run_cli("partition", *args, "--out", str(tmp_path / "p"))
+    assert done.returncode != 0
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "p").exists()
