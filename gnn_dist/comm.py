@@ -10,6 +10,7 @@ int8) travels the same way and counted bytes are bytes on the wire.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -35,6 +36,10 @@ def _as_bytes(tensor: torch.Tensor) -> np.ndarray:
     if not tensor.is_contiguous():
         raise ValueError("communication buffers must be contiguous")
     return tensor.view(-1).view(torch.uint8).numpy()
+
+
+def _row_bytes(tensor: torch.Tensor) -> int:
+    return math.prod(tensor.shape[1:]) * tensor.element_size()
 
 
 def _offsets(counts: np.ndarray) -> np.ndarray:
@@ -85,10 +90,8 @@ class MPIComm(Comm):
         self.size = self.comm.Get_size()
 
     def alltoallv(self, send, send_counts, recv, recv_counts) -> int:
-        row_bytes_send = send[0].numel() * send.element_size() if send.dim() > 1 else send.element_size()
-        row_bytes_recv = recv[0].numel() * recv.element_size() if recv.dim() > 1 else recv.element_size()
-        send_bytes = np.asarray(send_counts, dtype=np.int64) * row_bytes_send
-        recv_bytes = np.asarray(recv_counts, dtype=np.int64) * row_bytes_recv
+        send_bytes = np.asarray(send_counts, dtype=np.int64) * _row_bytes(send)
+        recv_bytes = np.asarray(recv_counts, dtype=np.int64) * _row_bytes(recv)
         byte_type = self._mpi.BYTE
         self.comm.Alltoallv([_as_bytes(send), (send_bytes, _offsets(send_bytes)), byte_type],
                             [_as_bytes(recv), (recv_bytes, _offsets(recv_bytes)), byte_type])
@@ -146,8 +149,7 @@ class FakeComm(Comm):
                 raise RuntimeError(f"rank {self.rank} expects {int(recv_counts[q])} rows from rank {q}, which sends {rows}")
             recv[recv_offsets[q]:recv_offsets[q] + rows] = their_send[start:start + rows]
         self.world.barrier.wait()  # senders may reuse their buffers only after everyone copied
-        row_bytes = send[0].numel() * send.element_size() if send.numel() else 0
-        return int((send_counts.sum() - send_counts[self.rank]) * row_bytes)
+        return int((send_counts.sum() - send_counts[self.rank]) * _row_bytes(send))
 
     def allreduce_(self, tensor, op="sum") -> None:
         items = self._exchange(tensor.clone())

@@ -108,7 +108,8 @@ def _agree_on_setup(ctx: RankContext, build) -> object:
     failed = [(rank, msg) for rank, msg in enumerate(errors) if msg is not None]
     if failed:
         rank, msg = failed[0]
-        raise SetupError(msg if ctx.size == 1 or all(m == msg for _, m in failed) else f"rank {rank}: {msg}")
+        everyone_alike = len(failed) == ctx.size and all(m == msg for _, m in failed)
+        raise SetupError(msg if everyone_alike else f"rank {rank}: {msg}")
     return result
 
 
@@ -185,8 +186,12 @@ def _max_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:
     return buf.tolist()
 
 
-def train_step(state: RankState, epoch: int) -> float:
-    """One epoch of full-batch training; returns the global loss."""
+def compute_gradients(state: RankState, epoch: int) -> float:
+    """Forward and backward on this rank, then gradients (and the loss) summed over ranks.
+
+    Afterwards every rank holds the gradient of the global mean training loss;
+    returns that loss.
+    """
     model, graph = state.model, state.graph
     model.train()
     model.epoch = epoch
@@ -199,11 +204,16 @@ def train_step(state: RankState, epoch: int) -> float:
     _pack(params, state.flat, grads=True)
     state.flat[-1] = loss.detach()
     state.exchanger.allreduce_(state.flat)
-    global_loss = float(state.flat[-1])
+    _unpack(params, state.flat, grads=True)
+    return float(state.flat[-1])
+
+
+def train_step(state: RankState, epoch: int) -> float:
+    """One epoch of full-batch training; returns the global loss."""
+    global_loss = compute_gradients(state, epoch)
     if not math.isfinite(global_loss):
         raise TrainingDiverged(f"loss became {global_loss} at epoch {epoch}: lower --lr, or check the input "
                                f"features for NaN/inf")
-    _unpack(params, state.flat, grads=True)
     state.optimizer.step()
     return global_loss
 
@@ -303,5 +313,5 @@ def gather_logits(state: RankState) -> tuple[torch.Tensor, torch.Tensor]:
         return state.graph.node_ids, state.model(state.graph.x, state.halo_x)
 
 
-__all__ = ["TrainConfig", "RankState", "setup", "train_step", "evaluate", "run_epochs", "train",
+__all__ = ["TrainConfig", "RankState", "setup", "compute_gradients", "train_step", "evaluate", "run_epochs", "train",
            "TrainingDiverged", "SCHEDULES", "HALO_DTYPES", "MODES", "asdict"]

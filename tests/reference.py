@@ -1,0 +1,60 @@
+"""The independent single-process reference: PyG's GCNConv / SAGEConv (+ torch BatchNorm1d) on the whole graph."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.nn import GCNConv, SAGEConv
+
+
+class PygModel(nn.Module):
+    def __init__(self, model: str, widths: list[tuple[int, int]], batch_norm: bool):
+        super().__init__()
+        conv = GCNConv if model == "gcn" else SAGEConv
+        self.model = model
+        self.convs = nn.ModuleList(conv(i, o) for i, o in widths)
+        self.norms = nn.ModuleList(nn.BatchNorm1d(o) for _, o in widths[:-1]) if batch_norm else None
+
+    def forward(self, x, edge_index):
+        for k, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if k < len(self.convs) - 1:
+                if self.norms is not None:
+                    x = self.norms[k](x)
+                x = torch.relu(x)
+        return x
+
+    def name_map(self) -> dict[str, str]:
+        """Our parameter name -> the reference's."""
+        names = {}
+        for k in range(len(self.convs)):
+            if self.model == "gcn":
+                names[f"convs.{k}.weight"] = f"convs.{k}.lin.weight"
+                names[f"convs.{k}.bias"] = f"convs.{k}.bias"
+            else:
+                for part in ("lin_l.weight", "lin_l.bias", "lin_r.weight"):
+                    names[f"convs.{k}.{part}"] = f"convs.{k}.{part}"
+        if self.norms is not None:
+            for k in range(len(self.norms)):
+                names[f"norms.{k}.weight"] = f"norms.{k}.weight"
+                names[f"norms.{k}.bias"] = f"norms.{k}.bias"
+        return names
+
+
+def reference_logits_and_grads(graph, model: str, widths, batch_norm: bool, our_params: dict[str, torch.Tensor]):
+    """Logits of every node (original order) and the gradient of the mean train loss, by our parameter names."""
+    ref = PygModel(model, widths, batch_norm).double()
+    theirs = dict(ref.named_parameters())
+    names = ref.name_map()
+    assert set(names) == set(our_params), (sorted(names), sorted(our_params))
+    with torch.no_grad():
+        for ours, value in our_params.items():
+            theirs[names[ours]].copy_(value)
+    ref.train()  # BatchNorm uses batch statistics, as our training step does
+    x = torch.from_numpy(graph.x).double()
+    logits = ref(x, torch.from_numpy(graph.edge_index))
+    mask = torch.from_numpy(graph.train_mask)
+    loss = F.cross_entropy(logits[mask], torch.from_numpy(graph.y)[mask])
+    loss.backward()
+    grads = {ours: theirs[names[ours]].grad.detach() for ours in our_params}
+    return logits.detach(), loss.detach(), grads

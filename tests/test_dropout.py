@@ -1,0 +1,33 @@
+"""Keyed dropout: the hash equals a plain-Python reference; masks depend only on the key and node id."""
+from __future__ import annotations
+
+import torch
+
+from gnn_dist.dropout import _wrap_int32, keep_mask, keyed_dropout, mix32, mix32_reference, stream_key
+
+
+def test_hash_matches_python_reference():
+    values = torch.randint(0, 2**32, (2000,), dtype=torch.int64)
+    ours = mix32(_wrap_int32(values)).to(torch.int64) & 0xFFFFFFFF
+    assert ours.tolist() == [mix32_reference(int(v)) for v in values]
+
+
+def test_mask_of_a_node_does_not_depend_on_its_neighbours_or_order():
+    ids = torch.randperm(5000)
+    key = stream_key(seed=1, epoch=3, layer=1)
+    full = keep_mask(ids, 40, key, 0.5)
+    subset = torch.tensor([17, 3, 4999, 250])
+    assert torch.equal(keep_mask(ids[subset], 40, key, 0.5), full[subset])
+    assert not torch.equal(keep_mask(ids, 40, stream_key(1, 4, 1), 0.5), full)
+    assert not torch.equal(keep_mask(ids, 40, stream_key(1, 3, 2), 0.5), full)
+
+
+def test_keep_rate_and_scaling():
+    ids = torch.arange(20000)
+    for p in (0.1, 0.5, 0.8):
+        rate = keep_mask(ids, 32, stream_key(0, 0, 0), p).float().mean().item()
+        assert abs(rate - (1 - p)) < 0.005
+    x = torch.ones(20000, 8)
+    out = keyed_dropout(x, ids, stream_key(0, 0, 0), 0.5, training=True)
+    assert set(out.unique().tolist()) == {0.0, 2.0}
+    assert keyed_dropout(x, ids, 1, 0.5, training=False) is x

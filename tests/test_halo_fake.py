@@ -1,0 +1,133 @@
+"""Halo exchange and whole-model equivalence with P simulated ranks in one process (FakeComm)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gnn_dist.comm import run_fake_ranks
+from gnn_dist.context import RankContext, SetupError
+from gnn_dist.halo import HaloExchanger, HaloPlan
+from gnn_dist.model import ModelConfig
+from gnn_dist.trainer import TrainConfig, compute_gradients, setup
+from partition.datasets import load_dataset
+from partition.format import load_part
+from tests.reference import reference_logits_and_grads
+
+
+def node_values(ids: np.ndarray, width: int) -> torch.Tensor:
+    """A value per (original id, column) that any rank can compute."""
+    ids = torch.as_tensor(ids, dtype=torch.float64)
+    return torch.sin(ids[:, None] * 0.37 + torch.arange(width, dtype=torch.float64)[None, :])
+
+
+@pytest.mark.parametrize("num_parts", [2, 3, 4])
+def test_gather_delivers_exactly_the_halo_rows(partitioned, num_parts):
+    directory = partitioned("synthetic:tiny", num_parts)
+    width = 5
+
+    def rank_fn(comm):
+        part = load_part(directory, comm.rank)
+        ex = HaloExchanger(comm, HaloPlan.from_part(part))
+        full = ex.gather(node_values(part.node_ids, width), slot="t")
+        assert torch.equal(full, node_values(np.concatenate([part.node_ids, part.halo_ids]), width))
+        return ex.counters.halo_bytes, part.n_halo
+
+    results = run_fake_ranks(num_parts, rank_fn)
+    total_bytes = sum(b for b, _ in results)
+    assert total_bytes == sum(h for _, h in results) * width * 8  # float64 rows, nothing more
+
+
+def test_backward_returns_halo_gradients_to_their_owners(partitioned):
+    directory = partitioned("synthetic:tiny", 3)
+
+    def rank_fn(comm):
+        part = load_part(directory, comm.rank)
+        ex = HaloExchanger(comm, HaloPlan.from_part(part))
+        x = torch.zeros(part.n_owned, 2, dtype=torch.float64, requires_grad=True)
+        full = ex.gather(x, slot="t")
+        upstream = node_values(np.concatenate([part.node_ids, part.halo_ids]), 2) * (comm.rank + 1)
+        full.backward(upstream)
+        return part.node_ids, part.halo_ids, upstream, x.grad
+
+    results = run_fake_ranks(3, rank_fn)
+    # reference: each node's gradient is the sum of the upstream rows of every copy of it
+    expected = {}
+    for node_ids, halo_ids, upstream, _ in results:
+        for row, node in enumerate(np.concatenate([node_ids, halo_ids])):
+            expected[node] = expected.get(node, 0) + upstream[row]
+    for node_ids, _, _, grad in results:
+        for row, node in enumerate(node_ids):
+            assert torch.allclose(grad[row], expected[node])
+
+
+CASES = [
+    ("gcn", 32, 3, False),   # widths 16->32->32->4: aggregate-first, then transform-first last layer
+    ("gcn", 8, 2, False),    # 16->8: the first layer transforms first
+    ("sage", 32, 3, False),
+    ("sage", 8, 2, False),
+    ("gcn", 24, 3, True),    # BatchNorm with statistics across ranks
+]
+
+
+@pytest.mark.parametrize("model, hidden, num_layers, batch_norm", CASES)
+@pytest.mark.parametrize("num_parts", [1, 3])
+def test_distributed_model_equals_pyg_on_the_whole_graph(partitioned, model, hidden, num_layers, batch_norm,
+                                                         num_parts):
+    directory = partitioned("synthetic:tiny", num_parts)
+    config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=3,
+                         model=ModelConfig(model=model, hidden=hidden, num_layers=num_layers, dropout=0.0,
+                                           batch_norm=batch_norm))
+
+    def rank_fn(comm):
+        state = setup(RankContext(comm), config)
+        loss = compute_gradients(state, epoch=0)
+        state.model.train()
+        with torch.no_grad():
+            logits = state.model(state.graph.x, state.halo_x)
+        params = {name: p.detach().clone() for name, p in state.model.named_parameters()}
+        grads = {name: p.grad.clone() for name, p in state.model.named_parameters()}
+        return state.graph.node_ids, logits, loss, params, grads
+
+    results = run_fake_ranks(num_parts, rank_fn)
+    graph = load_dataset("synthetic:tiny")
+    params = results[0][3]
+    for r in results[1:]:  # weights are identical on all ranks
+        assert all(torch.equal(params[k], r[3][k]) for k in params)
+    widths = config.model.widths(graph.num_features, graph.num_classes)
+    ref_logits, ref_loss, ref_grads = reference_logits_and_grads(
+        graph, model, widths, batch_norm, {k: v.double() for k, v in params.items()})
+    logits = torch.zeros(graph.num_nodes, graph.num_classes, dtype=torch.float64)
+    for node_ids, rank_logits, *_ in results:
+        logits[node_ids] = rank_logits.double()
+    assert (logits - ref_logits).abs().max() <= 1e-5
+    for _, _, loss, _, grads in results:
+        assert loss == pytest.approx(float(ref_loss), rel=1e-5)
+        for name, grad in grads.items():
+            assert (grad.double() - ref_grads[name]).abs().max() <= 1e-5, name
+
+
+def test_wrong_rank_count_is_refused_by_every_rank(partitioned):
+    directory = partitioned("synthetic:tiny", 2)
+
+    def rank_fn(comm):
+        with pytest.raises(SetupError, match="num_parts=2 .* 3 ranks were started: run mpiexec -n 2"):
+            setup(RankContext(comm), TrainConfig(parts=str(directory), progress=False))
+        return True
+
+    assert run_fake_ranks(3, rank_fn) == [True, True, True]
+
+
+def test_one_rank_failing_setup_fails_all_without_hanging(partitioned, tmp_path):
+    import shutil
+
+    directory = tmp_path / "p"
+    shutil.copytree(partitioned("synthetic:tiny", 2), directory)
+    (directory / "part-00001.npz").unlink()
+
+    def rank_fn(comm):
+        with pytest.raises(SetupError, match=r"rank 1: .*part-00001\.npz is missing"):
+            setup(RankContext(comm), TrainConfig(parts=str(directory), progress=False))
+        return True
+
+    assert run_fake_ranks(2, rank_fn, timeout=20) == [True, True]

@@ -1,0 +1,145 @@
+"""The real thing under mpiexec -n 1, 2 and 4."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.conftest import run_cli, run_mpi
+
+pytestmark = pytest.mark.mpi
+
+
+def read_metrics(path):
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r for r in records if not r.get("final")], records[-1]
+
+
+@pytest.mark.parametrize("num_parts", [1, 2, 4])
+@pytest.mark.parametrize("model, hidden, num_layers, batch_norm", [
+    ("gcn", 32, 3, False), ("sage", 8, 2, False), ("gcn", 24, 3, True)])
+def test_logits_and_gradients_equal_pyg(partitioned, num_parts, model, hidden, num_layers, batch_norm):
+    directory = partitioned("synthetic:small", num_parts)
+    args = ["--parts", str(directory), "--dataset", "synthetic:small", "--model", model,
+            "--hidden", str(hidden), "--num-layers", str(num_layers)] + (["--batch-norm"] if batch_norm else [])
+    done = run_mpi(num_parts, *args, script="equivalence.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ranks"] == num_parts
+    assert result["max_logit_diff"] <= 1e-5 and result["max_grad_diff"] <= 1e-5
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_loss_curve_is_independent_of_rank_count(partitioned, tmp_path, model):
+    curves = {}
+    for num_parts in (1, 2, 4):
+        out = tmp_path / f"m{num_parts}.jsonl"
+        done = run_mpi(num_parts, "train", "--parts", str(partitioned("synthetic:small", num_parts)),
+                       "--model", model, "--epochs", "20", "--dropout", "0.5", "--hidden", "32",
+                       "--metrics-out", str(out), "--no-progress")
+        assert done.returncode == 0, done.stderr
+        epochs, final = read_metrics(out)
+        assert final["num_parts"] == num_parts and final["epochs"] == 20
+        curves[num_parts] = [r["loss"] for r in epochs]
+    # the loss must actually move, or equality would prove nothing
+    assert curves[1][-1] < 0.9 * curves[1][0]
+    for num_parts in (2, 4):
+        for a, b in zip(curves[1], curves[num_parts]):
+            assert abs(a - b) <= 1e-4 * abs(a), (num_parts, curves[1], curves[num_parts])
+
+
+def test_metrics_contract_and_bytes_match_inspect(partitioned, tmp_path):
+    directory = partitioned("synthetic:small", 4)
+    out = tmp_path / "m.jsonl"
+    done = run_mpi(4, "train", "--parts", str(directory), "--epochs", "3", "--hidden", "32", "--num-layers", "3",
+                   "--metrics-out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert "final: test_acc=" in done.stdout and "halo_bytes_total=" in done.stdout
+    epochs, final = read_metrics(out)
+    for record in epochs:
+        for key in ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "halo_bytes", "allreduce_bytes"):
+            assert key in record
+        assert 0 <= record["test_acc"] <= 1 and isinstance(record["halo_bytes"], int)
+    for key in ("num_parts", "mode", "schedule", "halo_dtype", "epochs", "test_acc", "best_val_acc",
+                "test_acc_at_best_val", "halo_bytes_total", "epoch_s_median", "peak_rss_bytes"):
+        assert key in final
+    report = json.loads(run_cli("inspect", str(directory), "--json", "--hidden", "32", "--num-layers", "3").stdout)
+    # independent count: halo rows x (exchanged widths 32 and 10 for 64->32->32->10) x 4 bytes x (fwd + bwd)
+    assert report["predicted_halo_bytes_per_epoch"] == report["total_halo_rows"] * (32 + 10) * 4 * 2
+    assert all(r["halo_bytes"] == report["predicted_halo_bytes_per_epoch"] for r in epochs)
+
+
+def test_gcn_on_cora_reaches_kipf_welling_accuracy(cora_root, tmp_path):
+    parts = tmp_path / "cora"
+    done = run_cli("partition", "--dataset", "planetoid:Cora", "--root", str(cora_root), "--num-parts", "2",
+                   "--out", str(parts))
+    assert done.returncode == 0, done.stderr
+    accuracies = []
+    for seed in (0, 1, 2):
+        out = tmp_path / f"s{seed}.jsonl"
+        done = run_mpi(2, "train", "--parts", str(parts), "--epochs", "200", "--hidden", "16", "--dropout", "0.5",
+                       "--lr", "0.01", "--weight-decay", "5e-4", "--seed", str(seed), "--metrics-out", str(out),
+                       "--no-progress")
+        assert done.returncode == 0, done.stderr
+        accuracies.append(read_metrics(out)[1]["test_acc"])
+    assert sum(accuracies) / 3 >= 0.795, accuracies
+
+
+def test_a_failing_rank_brings_the_job_down(partitioned):
+    start = time.monotonic()
+    done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:small", 2)), "--epochs", "1000",
+                   "--no-progress", env={"GNN_DIST_FAIL_AT": "1:3"}, timeout=60)
+    assert done.returncode != 0
+    assert time.monotonic() - start < 30
+    assert "error on rank 1" in done.stderr and "injected failure" in done.stderr
+
+
+def test_wrong_rank_count_is_one_clear_error(partitioned):
+    done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:small", 4)), "--no-progress", timeout=60)
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if "error" in line]
+    assert lines == ["gnn-dist train: error: num_parts=4 in " + str(partitioned("synthetic:small", 4))
+                     + " but 2 ranks were started: run mpiexec -n 4, or re-partition with --num-parts 2"]
+
+
+def test_corrupt_part_file_stops_every_rank(partitioned, tmp_path):
+    import shutil
+
+    directory = tmp_path / "p"
+    shutil.copytree(partitioned("synthetic:small", 2), directory)
+    path = directory / "part-00001.npz"
+    path.write_bytes(path.read_bytes()[:-50])
+    out = tmp_path / "m.jsonl"
+    done = run_mpi(2, "train", "--parts", str(directory), "--metrics-out", str(out), "--no-progress", timeout=60)
+    assert done.returncode != 0
+    assert "rank 1: " in done.stderr and "part-00001.npz is corrupt" in done.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--epochs", "-1"], "--epochs must be 0 or more"),
+    (["--hidden", "0"], "--hidden must be at least 1"),
+    (["--dropout", "1.0"], "--dropout must lie in [0, 1)"),
+    (["--schedule", "stale:4"], "valid forms: exact"),
+])
+def test_bad_hyperparameters(partitioned, args, message):
+    done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:small", 2)), "--no-progress", *args,
+                   timeout=60)
+    assert done.returncode != 0
+    assert done.stderr.count(message) == 1, done.stderr
+
+
+def test_nan_features_stop_with_a_clear_message(tmp_path):
+    import numpy as np
+
+    path = tmp_path / "nan.npz"
+    rng = np.random.default_rng(0)
+    x = rng.random((50, 4)).astype(np.float32)
+    x[3, 1] = np.nan
+    np.savez(path, edge_index=rng.integers(0, 50, (2, 200)), x=x, y=rng.integers(0, 3, 50))
+    assert run_cli("partition", "--dataset", f"npz:{path}", "--num-parts", "2", "--out",
+                   str(tmp_path / "p")).returncode == 0
+    done = run_mpi(2, "train", "--parts", str(tmp_path / "p"), "--no-progress", timeout=60)
+    assert done.returncode != 0
+    assert done.stderr.count("loss became nan at epoch 0") == 1, done.stderr
