@@ -52,23 +52,28 @@ def stream_key(seed: int, epoch: int, layer: int) -> int:
     return mix32_reference(key ^ (layer * 0x165667B1))
 
 
-def keep_mask(node_ids: torch.Tensor, num_cols: int, key: int, p: float) -> torch.Tensor:
-    """bool [len(node_ids), num_cols]: True where the element is kept (probability 1 - p).
+def _keep_chunks(node_ids: torch.Tensor, num_cols: int, key: int, p: float):
+    """Yields (row slice, bool [rows, num_cols] True where kept) chunk by chunk.
 
-    node_ids are original dataset ids (int64, below 2**32).
+    node_ids are original dataset ids (int64, below 2**32). Uniform 32-bit
+    words read as signed are at or above `threshold` with probability 1 - p.
     """
     key32 = _to_int32(key)
-    ids = node_ids.to(torch.int64) & 0xFFFFFFFF
-    row_hash = mix32(_wrap_int32(ids * _GOLDEN) ^ key32)
+    row_hash = mix32(_wrap_int32(node_ids.to(torch.int64) * _GOLDEN) ^ key32)
     col_hash = mix32(_wrap_int32(torch.arange(num_cols, dtype=torch.int64) * 0x85EBCA77 + 1))
-    # Uniform 32-bit words read as signed: P(word >= threshold) = 1 - p.
     threshold = int(p * (1 << 32)) - (1 << 31)
-    out = torch.empty(node_ids.shape[0], num_cols, dtype=torch.bool)
     step = max(1, _CHUNK_ELEMENTS // max(num_cols, 1))
     for start in range(0, node_ids.shape[0], step):
-        words = mix32(row_hash[start:start + step, None] ^ col_hash[None, :])
-        torch.ge(words, threshold, out=out[start:start + step])
-    return out
+        rows = slice(start, start + step)
+        yield rows, mix32(row_hash[rows, None] ^ col_hash[None, :]) >= threshold
+
+
+def keep_mask(node_ids: torch.Tensor, num_cols: int, key: int, p: float) -> torch.Tensor:
+    """bool [len(node_ids), num_cols]: True where the element is kept (probability 1 - p)."""
+    keep = torch.empty(node_ids.shape[0], num_cols, dtype=torch.bool)
+    for rows, kept in _keep_chunks(node_ids, num_cols, key, p):
+        keep[rows] = kept
+    return keep
 
 
 def _wrap_int32(values: torch.Tensor) -> torch.Tensor:
@@ -81,6 +86,36 @@ def keyed_dropout(x: torch.Tensor, node_ids: torch.Tensor, key: int, p: float, t
     """Inverted dropout with a node-keyed mask. Shapes: x [n, F], node_ids [n] -> [n, F]."""
     if not training or p == 0.0:
         return x
-    with torch.no_grad():
-        scale = keep_mask(node_ids, x.shape[1], key, p).to(x.dtype).mul_(1.0 / (1.0 - p))
-    return x * scale
+    return _KeyedDropout.apply(x, node_ids, key, p)
+
+
+class _KeyedDropout(torch.autograd.Function):
+    """Masks and scales chunk by chunk while the chunk is in cache; saves the 1-byte mask.
+
+    Multiplying by the mask viewed as uint8 is several times faster on CPU
+    than masked_fill or where with a bool mask (measured with torch 2.13).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, node_ids: torch.Tensor, key: int, p: float) -> torch.Tensor:  # type: ignore[override]
+        scale = 1.0 / (1.0 - p)
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        keep = torch.empty(x.shape, dtype=torch.bool)
+        for rows, kept in _keep_chunks(node_ids, x.shape[1], key, p):
+            keep[rows] = kept
+            torch.mul(x[rows], kept.view(torch.uint8), out=out[rows]).mul_(scale)
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+        (keep,) = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        grad_in = torch.empty_like(grad_out)
+        step = max(1, _CHUNK_ELEMENTS // max(grad_out.shape[1], 1))
+        for start in range(0, grad_out.shape[0], step):
+            rows = slice(start, start + step)
+            torch.mul(grad_out[rows], keep[rows].view(torch.uint8), out=grad_in[rows]).mul_(ctx.scale)
+        return grad_in, None, None, None

@@ -86,6 +86,8 @@ class HaloExchanger:
 
     def gather(self, x_owned: torch.Tensor, slot: str) -> torch.Tensor:
         """[owned | halo] rows of x; differentiable. Shapes: [n_owned, F] -> [n_owned + n_halo, F]."""
+        if self.plan.num_parts == 1:
+            return x_owned  # a single rank has no halo: nothing to copy or send
         return _HaloGather.apply(x_owned, self, slot)
 
     def allreduce_(self, tensor: torch.Tensor) -> None:

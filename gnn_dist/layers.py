@@ -9,7 +9,8 @@ then aggregates or aggregates then transforms. The exchanged matrix is the
 one that gets aggregated, so the layer picks the narrower of in/out width
 (`aggregate_first = in_dim <= out_dim`), which also does the SpMM on the
 narrower matrix. The first layer exchanges nothing per epoch: its halo
-inputs are the cached input features, passed in as `halo_x`.
+inputs are the cached input features, so the model passes the whole
+[owned | halo] input as `x_full` and no exchange happens.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class DistGCNConv(nn.Module):
     """out = D^-1/2 (A + I) D^-1/2 X W^T + b over the whole graph, computed on owned rows.
 
     Shapes:
-        x_owned: [n_owned, in_dim]; halo_x: [n_halo, in_dim] or None -> [n_owned, out_dim]
+        x: [n_owned, in_dim], or x_full: [n_owned + n_halo, in_dim] (halo known) -> [n_owned, out_dim]
     """
 
     def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator, exchanger: HaloExchanger, slot: str):
@@ -46,20 +47,22 @@ class DistGCNConv(nn.Module):
         self.slot = slot
         self.aggregate_first = in_dim <= out_dim
 
-    def forward(self, x_owned: torch.Tensor, halo_x: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
         if self.aggregate_first:
-            full = _full_rows(x_owned, halo_x, self.exchanger, self.slot)
-            return spmm(self.operator, full) @ self.weight.t() + self.bias
-        t_owned = x_owned @ self.weight.t()
-        t_halo = None if halo_x is None else halo_x @ self.weight.t()
-        return spmm(self.operator, _full_rows(t_owned, t_halo, self.exchanger, self.slot)) + self.bias
+            full = self.exchanger.gather(x, self.slot) if x_full is None else x_full
+            return torch.addmm(self.bias, spmm(self.operator, full), self.weight.t())
+        if x_full is None:
+            full = self.exchanger.gather(x @ self.weight.t(), self.slot)
+        else:
+            full = x_full @ self.weight.t()
+        return spmm(self.operator, full) + self.bias
 
 
 class DistSAGEConv(nn.Module):
     """PyG's SAGEConv (mean aggregator, root weight): out = W_l mean_{j in N(i)} x_j + b + W_r x_i.
 
     Shapes:
-        x_owned: [n_owned, in_dim]; halo_x: [n_halo, in_dim] or None -> [n_owned, out_dim]
+        x: [n_owned, in_dim], or x_full: [n_owned + n_halo, in_dim] (halo known) -> [n_owned, out_dim]
     """
 
     def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator, exchanger: HaloExchanger, slot: str):
@@ -71,21 +74,17 @@ class DistSAGEConv(nn.Module):
         self.slot = slot
         self.aggregate_first = in_dim <= out_dim
 
-    def forward(self, x_owned: torch.Tensor, halo_x: torch.Tensor | None = None) -> torch.Tensor:
-        root = self.lin_r(x_owned)
+    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
+        owned = x if x_full is None else x_full[:self.operator.shape[0]]
+        root = self.lin_r(owned)
         if self.aggregate_first:
-            full = _full_rows(x_owned, halo_x, self.exchanger, self.slot)
+            full = self.exchanger.gather(x, self.slot) if x_full is None else x_full
             return self.lin_l(spmm(self.operator, full)) + root
-        t_owned = x_owned @ self.lin_l.weight.t()
-        t_halo = None if halo_x is None else halo_x @ self.lin_l.weight.t()
-        return spmm(self.operator, _full_rows(t_owned, t_halo, self.exchanger, self.slot)) + self.lin_l.bias + root
-
-
-def _full_rows(owned: torch.Tensor, halo: torch.Tensor | None, exchanger: HaloExchanger, slot: str) -> torch.Tensor:
-    """[owned | halo] rows: the halo from the caller (cached inputs) or from the exchange."""
-    if halo is not None:
-        return torch.cat([owned, halo])
-    return exchanger.gather(owned, slot)
+        if x_full is None:
+            full = self.exchanger.gather(x @ self.lin_l.weight.t(), self.slot)
+        else:
+            full = x_full @ self.lin_l.weight.t()
+        return spmm(self.operator, full) + self.lin_l.bias + root
 
 
 class DistBatchNorm(nn.Module):

@@ -51,6 +51,7 @@ class LocalGraph:
     n_halo: int
     node_ids: torch.Tensor  # int64 [n_owned] original ids (dropout keys, gathering results)
     halo_ids: torch.Tensor  # int64 [n_halo]
+    local_ids: torch.Tensor  # int64 [n_owned + n_halo]: node_ids then halo_ids
     x: torch.Tensor         # float32 [n_owned, F]
     y: torch.Tensor         # int64 [n_owned]
     train_mask: torch.Tensor
@@ -78,6 +79,7 @@ class LocalGraph:
         return cls(
             n_owned=n_owned, n_halo=n_halo,
             node_ids=torch.from_numpy(part.node_ids), halo_ids=torch.from_numpy(part.halo_ids),
+            local_ids=torch.from_numpy(np.concatenate([part.node_ids, part.halo_ids])),
             x=torch.from_numpy(part.x), y=torch.from_numpy(part.y),
             train_mask=torch.from_numpy(part.train_mask), val_mask=torch.from_numpy(part.val_mask),
             test_mask=torch.from_numpy(part.test_mask), operator=operator,
@@ -92,7 +94,7 @@ class DistGNN(nn.Module):
     every P draws the same masks.
 
     Shapes:
-        forward(x_owned [n_owned, F], halo_x [n_halo, F]) -> logits [n_owned, C]
+        forward(x_full [n_owned + n_halo, F]: owned then cached halo input rows) -> logits [n_owned, C]
     """
 
     def __init__(self, config: ModelConfig, in_dim: int, out_dim: int, graph: LocalGraph,
@@ -110,16 +112,16 @@ class DistGNN(nn.Module):
         self.norms = nn.ModuleList(
             DistBatchNorm(config.hidden, exchanger) for _ in range(config.num_layers - 1)) if config.batch_norm else None
 
-    def forward(self, x_owned: torch.Tensor, halo_x: torch.Tensor) -> torch.Tensor:
-        h = x_owned
+    def forward(self, x_full: torch.Tensor) -> torch.Tensor:
         p = self.config.dropout
+        graph = self.graph
+        h = x_full
         for k, conv in enumerate(self.convs):
             key = stream_key(self.seed, self.epoch, k)
-            h = keyed_dropout(h, self.graph.node_ids, key, p, self.training)
             if k == 0:
-                h = conv(h, keyed_dropout(halo_x, self.graph.halo_ids, key, p, self.training))
+                h = conv(x_full=keyed_dropout(h, graph.local_ids, key, p, self.training))
             else:
-                h = conv(h)
+                h = conv(keyed_dropout(h, graph.node_ids, key, p, self.training))
             if k < len(self.convs) - 1:
                 if self.norms is not None:
                     h = self.norms[k](h)

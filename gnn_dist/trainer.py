@@ -14,6 +14,7 @@ Anything raised later is fatal to the job (see gnn_dist.cli).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -84,7 +85,7 @@ class RankState:
     config: TrainConfig
     graph: LocalGraph
     exchanger: HaloExchanger
-    halo_x: torch.Tensor
+    x_full: torch.Tensor  # [owned | halo] input features: the halo fetched once at start-up
     model: DistGNN
     optimizer: torch.optim.Optimizer
     num_train: int
@@ -128,7 +129,8 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     plan = HaloPlan.from_part(part)
     exchanger = HaloExchanger(ctx.comm, plan)
     graph = LocalGraph.from_part(part, config.model.model)
-    halo_x = exchanger.fetch_once(graph.x)
+    x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)])
+    graph = dataclasses.replace(graph, x=x_full[:graph.n_owned])  # one copy of the features, not two
     setup_halo_bytes = _sum_over_ranks(ctx, [exchanger.counters.halo_bytes])[0]
     exchanger.counters.reset()
 
@@ -141,7 +143,7 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     ctx.comm.bcast_(flat)
     _unpack(params, flat, grads=False)
     optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
-    return RankState(ctx, config, graph, exchanger, halo_x, model, optimizer, meta.num_train, flat, metrics,
+    return RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, flat, metrics,
                      meta.dataset, setup_halo_bytes)
 
 
@@ -196,7 +198,7 @@ def compute_gradients(state: RankState, epoch: int) -> float:
     model.train()
     model.epoch = epoch
     state.optimizer.zero_grad(set_to_none=False)
-    logits = model(graph.x, state.halo_x)
+    logits = model(state.x_full)
     mask = graph.train_mask
     loss = F.cross_entropy(logits[mask], graph.y[mask], reduction="sum") / state.num_train
     loss.backward()
@@ -223,7 +225,7 @@ def evaluate(state: RankState) -> dict:
     """Train/val/test accuracy over all ranks' owned nodes (fractions in [0, 1])."""
     state.model.eval()
     graph = state.graph
-    logits = state.model(graph.x, state.halo_x)
+    logits = state.model(state.x_full)
     return accuracies(state.ctx, logits, graph)
 
 
@@ -310,7 +312,7 @@ def gather_logits(state: RankState) -> tuple[torch.Tensor, torch.Tensor]:
     """(original node ids, eval-mode logits) of this rank's owned nodes; for checks and examples."""
     state.model.eval()
     with torch.no_grad():
-        return state.graph.node_ids, state.model(state.graph.x, state.halo_x)
+        return state.graph.node_ids, state.model(state.x_full)
 
 
 __all__ = ["TrainConfig", "RankState", "setup", "compute_gradients", "train_step", "evaluate", "run_epochs", "train",

@@ -84,7 +84,7 @@ def test_distributed_model_equals_pyg_on_the_whole_graph(partitioned, model, hid
         loss = compute_gradients(state, epoch=0)
         state.model.train()
         with torch.no_grad():
-            logits = state.model(state.graph.x, state.halo_x)
+            logits = state.model(state.x_full)
         params = {name: p.detach().clone() for name, p in state.model.named_parameters()}
         grads = {name: p.grad.clone() for name, p in state.model.named_parameters()}
         return state.graph.node_ids, logits, loss, params, grads

@@ -35,7 +35,7 @@ state = setup(ctx, config)
 loss = compute_gradients(state, epoch=0)
 state.model.train()
 with torch.no_grad():
-    logits = state.model(state.graph.x, state.halo_x)
+    logits = state.model(state.x_full)
 gathered = ctx.comm.allgather_object((state.graph.node_ids, logits))
 if ctx.is_root:
     graph = load_dataset(args.dataset, args.root)

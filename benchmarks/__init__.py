@@ -1,0 +1,1 @@
+"""Benchmark scripts: each prints a markdown table and writes JSON rows (see benchmarks/README.md)."""

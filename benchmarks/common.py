@@ -1,0 +1,55 @@
+"""Shared pieces of the benchmark scripts: subprocess runs, machine description, tables."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+
+def mpiexec() -> str:
+    local = Path(sys.executable).parent / "mpiexec"
+    return str(local) if local.exists() else "mpiexec"
+
+
+def run_train(num_parts: int, parts_dir: Path, metrics: Path, extra: list[str], timeout: float = 3600) -> dict:
+    """One real `mpiexec -n P gnn-dist train` run; returns its final metrics record."""
+    cmd = [mpiexec(), "-n", str(num_parts), sys.executable, "-m", "gnn_dist", "train", "--parts", str(parts_dir),
+           "--metrics-out", str(metrics), "--no-progress", *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    final = records[-1]
+    final["per_epoch"] = records[:-1]
+    return final
+
+
+def partition(spec: str, num_parts: int, out: Path, root: str | None = None, method: str = "metis") -> Path:
+    if not (out / "meta.json").exists():
+        cmd = [sys.executable, "-m", "gnn_dist", "partition", "--dataset", spec, "--num-parts", str(num_parts),
+               "--out", str(out), "--method", method] + (["--root", root] if root else [])
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__}
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

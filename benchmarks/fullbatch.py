@@ -1,0 +1,89 @@
+"""Full-batch epoch time, memory and bytes: gnn-dist at P = 1, 2 against PyG in one process.
+
+    python -m benchmarks.fullbatch --dataset synthetic:arxiv --epochs 5 --out runs/bench-fullbatch
+
+Every run is a separate process, one after another (never side by side on
+the cores), with one torch thread per process: PyG's GCNConv through
+edge_index (its default) and through a torch CSR adjacency, then
+`mpiexec -n P gnn-dist train` for each P. Targets (issue 3): P=1 / PyG <= 1.0,
+speed-up P=2 over P=1 >= 1.6, peak RSS per rank P=2 / P=1 <= 0.6, halo bytes
+per epoch / `gnn-dist inspect`'s prediction = 1.00.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.common import machine, markdown_table, partition, run_train
+
+
+def pyg_run(dataset: str, root: str | None, path: str, args) -> dict:
+    cmd = [sys.executable, "-m", "benchmarks.pyg_fullbatch", "--dataset", dataset, "--path", path,
+           "--epochs", str(args.pyg_epochs), "--hidden", str(args.hidden), "--num-layers", str(args.num_layers),
+           "--model", args.model] + (["--root", root] if root else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="synthetic:arxiv")
+    parser.add_argument("--root", default=None)
+    parser.add_argument("--parts", default="1,2")
+    parser.add_argument("--model", default="gcn")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--pyg-epochs", type=int, default=3)
+    parser.add_argument("--pyg-paths", default="edge_index,csr")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--num-layers", type=int, default=3)
+    parser.add_argument("--out", default="runs/bench-fullbatch")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    rows = {"machine": machine(), "config": vars(args), "pyg": {}, "ours": {}}
+    for path in filter(None, args.pyg_paths.split(",")):
+        rows["pyg"][path] = pyg_run(args.dataset, args.root, path, args)
+        print(f"pyg {path}: {rows['pyg'][path]['epoch_s_median']:.2f} s/epoch", file=sys.stderr)
+    train_args = ["--model", args.model, "--hidden", str(args.hidden), "--num-layers", str(args.num_layers),
+                  "--epochs", str(args.epochs), "--eval-every", str(args.epochs)]
+    for num_parts in (int(p) for p in args.parts.split(",")):
+        parts = partition(args.dataset, num_parts, out / f"parts-{args.dataset.replace(':', '_')}-{num_parts}",
+                          args.root)
+        final = run_train(num_parts, parts, out / f"metrics-p{num_parts}.jsonl", train_args)
+        inspect = subprocess.run([sys.executable, "-m", "gnn_dist", "inspect", str(parts), "--json", "--model",
+                                  args.model, "--hidden", str(args.hidden), "--num-layers", str(args.num_layers)],
+                                 capture_output=True, text=True, check=True)
+        final["predicted_halo_bytes_per_epoch"] = json.loads(inspect.stdout)["predicted_halo_bytes_per_epoch"]
+        rows["ours"][num_parts] = final
+        print(f"gnn-dist P={num_parts}: {final['epoch_s_median']:.2f} s/epoch", file=sys.stderr)
+    (out / "fullbatch.json").write_text(json.dumps(rows, indent=1))
+
+    table = []
+    base = rows["ours"].get(1)
+    for path, r in rows["pyg"].items():
+        table.append([f"PyG GCNConv ({path}), 1 process", f"{r['epoch_s_median']:.2f}", "", "",
+                      f"{r['peak_rss_bytes'] / 2**30:.2f}", "", ""])
+    for num_parts, r in rows["ours"].items():
+        per_epoch = r["halo_bytes_total"] / max(r["epochs"], 1)
+        predicted = r["predicted_halo_bytes_per_epoch"]
+        vs_pyg = " / ".join(f"{r['epoch_s_median'] / p['epoch_s_median']:.2f}" for p in rows["pyg"].values())
+        speedup = f"{base['epoch_s_median'] / r['epoch_s_median']:.2f}" if base else ""
+        rss = f"{r['peak_rss_bytes'] / base['peak_rss_bytes']:.2f}" if base else ""
+        ratio = f"{per_epoch / predicted:.2f}" if predicted else "n/a (no halo)"
+        table.append([f"gnn-dist P={num_parts}", f"{r['epoch_s_median']:.2f}", vs_pyg, speedup,
+                      f"{r['peak_rss_bytes'] / 2**30:.2f}", rss, f"{per_epoch / 1e6:.1f} MB ({ratio})"])
+    header = ["run", "s/epoch", "vs PyG (" + " / ".join(rows["pyg"]) + ")", "speed-up vs P=1",
+              "peak RSS/rank GiB", "RSS vs P=1", "halo bytes/epoch (vs inspect)"]
+    text = (f"{args.dataset}, {args.model} {args.num_layers} layers hidden {args.hidden}, 1 thread per process, "
+            f"median of {args.epochs} epochs (PyG {args.pyg_epochs}); {rows['machine']['cpu']}\n\n"
+            + markdown_table(header, table))
+    (out / "fullbatch.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

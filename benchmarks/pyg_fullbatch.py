@@ -1,0 +1,89 @@
+"""PyG's own full-batch GCN on the whole graph, one process: the baseline we are measured against.
+
+    python -m benchmarks.pyg_fullbatch --dataset synthetic:arxiv --path edge_index|csr --epochs 5
+
+Prints one JSON line: median epoch time, peak RSS, test accuracy. Paths:
+`edge_index` is GCNConv's default message passing (gcn_norm cached);
+`csr` feeds GCNConv a normalised torch sparse CSR adjacency (PyG's fast path).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dataset", default="synthetic:arxiv")
+    parser.add_argument("--root", default=None)
+    parser.add_argument("--path", choices=["edge_index", "csr"], default="edge_index")
+    parser.add_argument("--model", choices=["gcn", "sage"], default="gcn")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--num-layers", type=int, default=3)
+    parser.add_argument("--dropout", type=float, default=0.5)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from torch_geometric.nn import GCNConv, SAGEConv
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    from partition.datasets import load_dataset
+
+    g = load_dataset(args.dataset, args.root)
+    x, y = torch.from_numpy(g.x), torch.from_numpy(g.y)
+    edge_index = torch.from_numpy(g.edge_index)
+    train, test = torch.from_numpy(g.train_mask), torch.from_numpy(g.test_mask)
+    dims = [g.num_features] + [args.hidden] * (args.num_layers - 1) + [g.num_classes]
+    if args.model == "gcn":
+        convs = torch.nn.ModuleList(GCNConv(i, o, cached=True, normalize=args.path == "edge_index")
+                                    for i, o in zip(dims[:-1], dims[1:]))
+    else:
+        convs = torch.nn.ModuleList(SAGEConv(i, o) for i, o in zip(dims[:-1], dims[1:]))
+    if args.path == "csr":
+        if args.model == "gcn":
+            ei, w = gcn_norm(edge_index, None, g.num_nodes, add_self_loops=True)
+        else:
+            ei, w = edge_index, None
+        adj = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.shape[1]) if w is None else w,
+                                      (g.num_nodes, g.num_nodes)).coalesce().to_sparse_csr()
+        graph_arg = adj
+    else:
+        graph_arg = edge_index
+    opt = torch.optim.Adam(convs.parameters(), lr=0.01, weight_decay=5e-4)
+
+    def forward(training: bool) -> torch.Tensor:
+        h = x
+        for k, conv in enumerate(convs):
+            h = F.dropout(h, args.dropout, training)
+            h = conv(h, graph_arg)
+            if k < len(convs) - 1:
+                h = torch.relu(h)
+        return h
+
+    times = []
+    for _ in range(args.epochs):
+        start = time.perf_counter()
+        convs.train()
+        opt.zero_grad()
+        out = forward(True)
+        F.cross_entropy(out[train], y[train]).backward()
+        opt.step()
+        times.append(time.perf_counter() - start)
+    convs.eval()
+    with torch.no_grad():
+        acc = float((forward(False).argmax(1)[test] == y[test]).float().mean())
+    print(json.dumps({"path": args.path, "model": args.model, "epochs": args.epochs,
+                      "epoch_s_median": statistics.median(times), "epoch_s": times, "test_acc": acc,
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+
+
+if __name__ == "__main__":
+    main()
