@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--model", default="gcn", choices=["gcn", "sage"])
     i.add_argument("--hidden", type=_positive_int, default=16)
     i.add_argument("--num-layers", type=_positive_int, default=2)
+    i.add_argument("--schedule", default="exact")
+    i.add_argument("--halo-dtype", default="fp32")
     return parser
 
 
@@ -111,8 +113,9 @@ def cmd_inspect(args) -> int:
 
     try:
         report = inspect_partition(args.directory, ModelConfig(model=args.model, hidden=args.hidden,
-                                                               num_layers=args.num_layers))
-    except (PartitionFormatError, OSError) as err:
+                                                               num_layers=args.num_layers),
+                                   schedule=args.schedule, halo_dtype=args.halo_dtype)
+    except (PartitionFormatError, OSError, ValueError) as err:
         return _fail("inspect", str(err))
     print(json.dumps(report) if args.json else format_report(report))
     return 0

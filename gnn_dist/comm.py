@@ -48,6 +48,20 @@ def _offsets(counts: np.ndarray) -> np.ndarray:
     return offsets
 
 
+class Pending:
+    """A communication in flight; wait() completes it (idempotent)."""
+
+    def __init__(self, request=None, keep_alive: tuple = ()):
+        self._request = request
+        self._keep_alive = keep_alive
+
+    def wait(self) -> None:
+        if self._request is not None:
+            self._request.Wait()
+            self._request = None
+        self._keep_alive = ()
+
+
 class Comm:
     """What the runtime needs from a communicator. Counts are in rows of the given tensors."""
 
@@ -60,6 +74,11 @@ class Comm:
 
         Returns the bytes this rank sent to other ranks.
         """
+        raise NotImplementedError
+
+    def ialltoallv(self, send: torch.Tensor, send_counts: np.ndarray, recv: torch.Tensor,
+                   recv_counts: np.ndarray) -> tuple["Pending", int]:
+        """Non-blocking alltoallv: (a handle to wait on, bytes sent). Buffers must stay untouched until wait."""
         raise NotImplementedError
 
     def allreduce_(self, tensor: torch.Tensor, op: str = "sum") -> None:
@@ -96,6 +115,15 @@ class MPIComm(Comm):
         self.comm.Alltoallv([_as_bytes(send), (send_bytes, _offsets(send_bytes)), byte_type],
                             [_as_bytes(recv), (recv_bytes, _offsets(recv_bytes)), byte_type])
         return int(send_bytes.sum() - send_bytes[self.rank])
+
+    def ialltoallv(self, send, send_counts, recv, recv_counts):
+        send_bytes = np.asarray(send_counts, dtype=np.int64) * _row_bytes(send)
+        recv_bytes = np.asarray(recv_counts, dtype=np.int64) * _row_bytes(recv)
+        byte_type = self._mpi.BYTE
+        send_spec = [_as_bytes(send), (send_bytes, _offsets(send_bytes)), byte_type]
+        recv_spec = [_as_bytes(recv), (recv_bytes, _offsets(recv_bytes)), byte_type]
+        request = self.comm.Ialltoallv(send_spec, recv_spec)
+        return Pending(request, (send, recv, send_spec, recv_spec)), int(send_bytes.sum() - send_bytes[self.rank])
 
     def allreduce_(self, tensor, op="sum") -> None:
         mpi_op = {"sum": self._mpi.SUM, "max": self._mpi.MAX}[op]
@@ -151,6 +179,10 @@ class FakeComm(Comm):
         self.world.barrier.wait()  # senders may reuse their buffers only after everyone copied
         return int((send_counts.sum() - send_counts[self.rank]) * _row_bytes(send))
 
+    def ialltoallv(self, send, send_counts, recv, recv_counts):
+        # Simulated ranks complete the exchange at once; the handle is already done.
+        return Pending(), self.alltoallv(send, send_counts, recv, recv_counts)
+
     def allreduce_(self, tensor, op="sum") -> None:
         items = self._exchange(tensor.clone())
         stacked = torch.stack(items)
@@ -204,4 +236,4 @@ def make_world_comm() -> Comm:
     return MPIComm()
 
 
-__all__: Sequence[str] = ["Comm", "MPIComm", "FakeComm", "run_fake_ranks", "launcher_rank", "make_world_comm"]
+__all__: Sequence[str] = ["Comm", "Pending", "MPIComm", "FakeComm", "run_fake_ranks", "launcher_rank", "make_world_comm"]

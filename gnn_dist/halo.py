@@ -6,12 +6,15 @@ peer (grouped by owner, in the part file's halo order). The exchange moves
 exactly those rows and nothing else.
 
 `HaloExchanger.gather` is an autograd function from owned rows [n_owned, F]
-to [owned | halo] rows [n_owned + n_halo, F]. Forward: owners send their
-boundary rows. Backward: the halo rows' gradients travel back to their owners,
-which sum them into the owned rows' gradients (one node may be in many
-peers' halos). Buffers are allocated once per (slot, width, dtype) and reused
-every epoch; a slot is the layer that owns it, so two layers never share a
-buffer that autograd still holds.
+to [owned | halo] rows [n_owned + n_halo, F]. Under the `exact` schedule,
+forward sends owners' boundary rows; backward sends the halo rows' gradients
+back to their owners, which sum them into the owned rows' gradients (one node
+may be in many peers' halos). Other schedules (gnn_dist.schedules) decide per
+layer and epoch what actually travels. Every byte handed to the communicator
+is counted; payloads are encoded by the `--halo-dtype` codec.
+
+Buffers are allocated once per (slot, purpose, width, dtype) and reused every
+epoch; a slot is the layer that owns it, so two layers never share a buffer.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gnn_dist.comm import Comm
+from gnn_dist.codec import Codec
+from gnn_dist.comm import Comm, Pending
 from partition.format import PartData
 
 
@@ -34,38 +38,54 @@ class HaloPlan:
     send_idx: torch.Tensor    # int64 [S]: owned rows to send, grouped by peer
     send_counts: np.ndarray   # int64 [P]: rows to each peer
     recv_counts: np.ndarray   # int64 [P]: halo rows from each peer (halo is grouped by owner)
+    send_peer: torch.Tensor   # int64 [S]: the peer each send row goes to
+    send_node_ids: torch.Tensor  # int64 [S]: original ids of the rows sent
+    halo_ids: torch.Tensor    # int64 [n_halo]: original ids of halo rows
+    halo_owner: torch.Tensor  # int64 [n_halo]
 
     @classmethod
     def from_part(cls, part: PartData) -> "HaloPlan":
         num_parts = part.meta.num_parts
+        send_counts = np.diff(part.send_ptr).astype(np.int64)
         return cls(
             rank=part.part_id,
             num_parts=num_parts,
             n_owned=part.n_owned,
             n_halo=part.n_halo,
             send_idx=torch.from_numpy(part.send_idx),
-            send_counts=np.diff(part.send_ptr).astype(np.int64),
+            send_counts=send_counts,
             recv_counts=np.bincount(part.halo_owner, minlength=num_parts).astype(np.int64),
+            send_peer=torch.from_numpy(np.repeat(np.arange(num_parts, dtype=np.int64), send_counts)),
+            send_node_ids=torch.from_numpy(part.node_ids[part.send_idx]),
+            halo_ids=torch.from_numpy(part.halo_ids),
+            halo_owner=torch.from_numpy(part.halo_owner.astype(np.int64)),
         )
 
     @property
     def rows_sent(self) -> int:
         return int(self.send_counts.sum())
 
+    def send_segments(self) -> list[slice]:
+        offsets = np.concatenate([[0], np.cumsum(self.send_counts)])
+        return [slice(int(offsets[q]), int(offsets[q + 1])) for q in range(self.num_parts)]
+
+    def recv_segments(self) -> list[slice]:
+        offsets = np.concatenate([[0], np.cumsum(self.recv_counts)])
+        return [slice(int(offsets[q]), int(offsets[q + 1])) for q in range(self.num_parts)]
+
 
 @dataclass
 class TrafficCounters:
-    """Bytes and rows this rank sent; the trainer resets and reduces them per epoch."""
+    """What this rank sent; the trainer resets and reduces them per epoch."""
 
     halo_bytes: int = 0
     halo_rows: int = 0
-    allreduce_bytes: int = 0  # payload this rank contributed to allreduces (0 on a single rank)
-    comm_s: float = 0.0       # wall time inside communication calls
+    halo_rows_skipped: int = 0  # rows exact training would have sent but this schedule did not
+    allreduce_bytes: int = 0    # payload this rank contributed to allreduces (0 on a single rank)
+    comm_s: float = 0.0         # wall time inside communication calls
 
     def reset(self) -> None:
-        self.halo_bytes = 0
-        self.halo_rows = 0
-        self.allreduce_bytes = 0
+        self.halo_bytes = self.halo_rows = self.halo_rows_skipped = self.allreduce_bytes = 0
         self.comm_s = 0.0
 
 
@@ -73,22 +93,87 @@ class TrafficCounters:
 class HaloExchanger:
     comm: Comm
     plan: HaloPlan
+    codec: Codec = field(default_factory=Codec)
+    schedule: object = None  # a gnn_dist.schedules.Schedule; None means exact
     counters: TrafficCounters = field(default_factory=TrafficCounters)
+    epoch: int = 0
+    training: bool = False
     _buffers: dict = field(default_factory=dict)
 
-    def _buffer(self, key: tuple, rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
-        full_key = key + (width, dtype)
+    def __post_init__(self):
+        if self.schedule is None:
+            from gnn_dist.schedules import ExactSchedule
+
+            self.schedule = ExactSchedule()
+
+    def buffer(self, key: tuple, rows: int, width: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        full_key = key + (rows, width, dtype)
         buf = self._buffers.get(full_key)
         if buf is None:
             buf = torch.empty(rows, width, dtype=dtype)
             self._buffers[full_key] = buf
         return buf
 
+    def begin_pass(self, epoch: int, training: bool) -> None:
+        """Called by the model before each forward: schedules key their decisions on it."""
+        self.epoch = epoch
+        self.training = training
+
     def gather(self, x_owned: torch.Tensor, slot: str) -> torch.Tensor:
         """[owned | halo] rows of x; differentiable. Shapes: [n_owned, F] -> [n_owned + n_halo, F]."""
         if self.plan.num_parts == 1:
             return x_owned  # a single rank has no halo: nothing to copy or send
         return _HaloGather.apply(x_owned, self, slot)
+
+    def send_rows(self, send: torch.Tensor, send_counts: np.ndarray, recv: torch.Tensor,
+                  recv_counts: np.ndarray, blocking: bool = True) -> Pending | None:
+        """Encode `send`, move it, decode into `recv` (float rows). Counts bytes and rows.
+
+        Non-blocking: returns a Pending whose wait() also decodes.
+        """
+        wire_send = self.codec.encode(send)
+        wire_recv = recv if self.codec.identity and recv.is_contiguous() \
+            else self.codec.empty_wire(recv.shape[0], recv.shape[1])
+        start = time.perf_counter()
+        if blocking:
+            sent = self.comm.alltoallv(wire_send, send_counts, wire_recv, recv_counts)
+            self.codec.decode(wire_recv, recv)
+            pending = None
+        else:
+            inner, sent = self.comm.ialltoallv(wire_send, send_counts, wire_recv, recv_counts)
+            pending = _DecodeOnWait(inner, self.codec, wire_recv, recv, self)
+        self.counters.comm_s += time.perf_counter() - start
+        self.counters.halo_bytes += sent
+        self.counters.halo_rows += int(np.sum(send_counts) - send_counts[self.plan.rank])
+        return pending
+
+    def send_flags(self, flags: np.ndarray) -> np.ndarray:
+        """One int32 per peer (metadata of adaptive schedules); returns the flags peers sent us."""
+        send = torch.from_numpy(np.ascontiguousarray(flags, dtype=np.int32)).reshape(-1, 1)
+        recv = torch.empty_like(send)
+        ones = np.ones(self.plan.num_parts, dtype=np.int64)
+        start = time.perf_counter()
+        self.counters.halo_bytes += self.comm.alltoallv(send, ones, recv, ones)
+        self.counters.comm_s += time.perf_counter() - start
+        return recv.numpy().reshape(-1).copy()
+
+    def exact_forward(self, x_owned: torch.Tensor, key: tuple) -> torch.Tensor:
+        plan = self.plan
+        width = x_owned.shape[1]
+        send = self.buffer(key + ("send",), plan.rows_sent, width, x_owned.dtype)
+        torch.index_select(x_owned, 0, plan.send_idx, out=send)
+        full = self.buffer(key + ("full",), plan.n_owned + plan.n_halo, width, x_owned.dtype)
+        full[:plan.n_owned] = x_owned
+        self.send_rows(send, plan.send_counts, full[plan.n_owned:], plan.recv_counts)
+        return full
+
+    def exact_backward(self, grad_full: torch.Tensor, key: tuple) -> torch.Tensor:
+        plan = self.plan
+        returned = self.buffer(key + ("grad_recv",), plan.rows_sent, grad_full.shape[1], grad_full.dtype)
+        self.send_rows(grad_full[plan.n_owned:], plan.recv_counts, returned, plan.send_counts)
+        grad_owned = grad_full[:plan.n_owned].clone()
+        grad_owned.index_add_(0, plan.send_idx, returned)
+        return grad_owned
 
     def allreduce_(self, tensor: torch.Tensor) -> None:
         """Sum a tensor over ranks in place (statistics of distributed layers), counting its bytes."""
@@ -99,29 +184,37 @@ class HaloExchanger:
             self.counters.allreduce_bytes += tensor.numel() * tensor.element_size()
 
     def fetch_once(self, x_owned: torch.Tensor) -> torch.Tensor:
-        """Halo rows of a tensor that never changes (input features); not differentiable.
+        """Halo rows of a tensor that never changes (input features), in fp32; not differentiable.
 
         Shapes: [n_owned, F] -> [n_halo, F]
         """
-        with torch.no_grad():
-            full = _forward_exchange(self, x_owned.contiguous(), ("fetch_once",), fresh=True)
-        return full[self.plan.n_owned:]
+        plan = self.plan
+        send = x_owned.index_select(0, plan.send_idx)
+        halo = torch.empty(plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype)
+        start = time.perf_counter()
+        self.counters.halo_bytes += self.comm.alltoallv(send, plan.send_counts, halo, plan.recv_counts)
+        self.counters.comm_s += time.perf_counter() - start
+        return halo
+
+    def finish(self) -> None:
+        """Complete communication still in flight (pipelined schedules) before the job ends."""
+        self.schedule.finish(self)
 
 
-def _forward_exchange(ex: HaloExchanger, x_owned: torch.Tensor, key: tuple, fresh: bool = False) -> torch.Tensor:
-    plan = ex.plan
-    width, dtype = x_owned.shape[1], x_owned.dtype
-    send = ex._buffer(key + ("send",), plan.rows_sent, width, dtype)
-    torch.index_select(x_owned, 0, plan.send_idx, out=send)
-    rows = plan.n_owned + plan.n_halo
-    full = torch.empty(rows, width, dtype=dtype) if fresh else ex._buffer(key + ("full",), rows, width, dtype)
-    full[:plan.n_owned] = x_owned
-    start = time.perf_counter()
-    sent = ex.comm.alltoallv(send, plan.send_counts, full[plan.n_owned:], plan.recv_counts)
-    ex.counters.comm_s += time.perf_counter() - start
-    ex.counters.halo_bytes += sent
-    ex.counters.halo_rows += plan.rows_sent - int(plan.send_counts[plan.rank])
-    return full
+class _DecodeOnWait(Pending):
+    def __init__(self, inner: Pending, codec: Codec, wire: torch.Tensor, out: torch.Tensor, ex: HaloExchanger):
+        super().__init__()
+        self.inner, self.codec, self.wire, self.out, self.ex = inner, codec, wire, out, ex
+        self.done = False
+
+    def wait(self) -> None:
+        if self.done:
+            return
+        start = time.perf_counter()
+        self.inner.wait()
+        self.ex.counters.comm_s += time.perf_counter() - start
+        self.codec.decode(self.wire, self.out)
+        self.done = True
 
 
 class _HaloGather(torch.autograd.Function):
@@ -129,21 +222,18 @@ class _HaloGather(torch.autograd.Function):
     def forward(ctx, x_owned: torch.Tensor, ex: HaloExchanger, slot: str) -> torch.Tensor:  # type: ignore[override]
         ctx.ex = ex
         ctx.slot = slot
-        return _forward_exchange(ex, x_owned.contiguous(), (slot,))
+        schedule = ex.schedule if ex.training else _exact()
+        ctx.schedule = schedule
+        full, ctx.info = schedule.forward(ex, slot, x_owned.contiguous())
+        return full
 
     @staticmethod
     def backward(ctx, grad_full: torch.Tensor):  # type: ignore[override]
-        ex: HaloExchanger = ctx.ex
-        plan = ex.plan
-        grad_full = grad_full.contiguous()
-        width, dtype = grad_full.shape[1], grad_full.dtype
-        # The reverse exchange: what arrived as halo goes back; what was sent comes back summed.
-        returned = ex._buffer((ctx.slot, "grad_recv"), plan.rows_sent, width, dtype)
-        start = time.perf_counter()
-        sent = ex.comm.alltoallv(grad_full[plan.n_owned:], plan.recv_counts, returned, plan.send_counts)
-        ex.counters.comm_s += time.perf_counter() - start
-        ex.counters.halo_bytes += sent
-        ex.counters.halo_rows += plan.n_halo - int(plan.recv_counts[plan.rank])
-        grad_owned = grad_full[:plan.n_owned].clone()
-        grad_owned.index_add_(0, plan.send_idx, returned)
+        grad_owned = ctx.schedule.backward(ctx.ex, ctx.slot, grad_full.contiguous(), ctx.info)
         return grad_owned, None, None
+
+
+def _exact():
+    from gnn_dist.schedules import ExactSchedule
+
+    return ExactSchedule.shared

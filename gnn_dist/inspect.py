@@ -12,7 +12,8 @@ from partition.format import load_meta, verify_part_file
 FP32_BYTES = 4
 
 
-def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = None) -> dict:
+def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = None, *,
+                      schedule: str = "exact", halo_dtype: str = "fp32") -> dict:
     from pathlib import Path
 
     directory = Path(directory)
@@ -44,8 +45,10 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
         "halo_bytes_per_layer_per_column": total_halo * FP32_BYTES,
         "model": {"model": model.model, "hidden": model.hidden, "num_layers": model.num_layers},
         "exchanged_widths": exchanged_widths(model, meta.num_features, meta.num_classes),
+        "schedule": schedule,
+        "halo_dtype": halo_dtype,
         "predicted_halo_bytes_per_epoch": predicted_halo_bytes_per_epoch(
-            total_halo, model, meta.num_features, meta.num_classes, FP32_BYTES),
+            total_halo, model, meta.num_features, meta.num_classes, halo_dtype, schedule, meta.num_parts),
         "parts": [
             {"part": k, "owned": p.owned, "halo": p.halo, "local_edges": p.local_edges,
              "cut_edges": p.cut_edges, "train": p.train}
@@ -75,7 +78,8 @@ def format_report(report: dict) -> str:
         f"  replication factor  {report['replication_factor']:.3f} (owned + halo over nodes)",
         f"  balance             {report['balance']:.3f} nodes, {report['train_balance']:.3f} training nodes (max/mean)",
         f"  halo payload        {report['halo_bytes_per_layer_per_column']:,} bytes per layer per feature column (fp32)",
-        f"  exact training      {mb:.2f} MB of halo rows per epoch for {m['model']} hidden {m['hidden']}, "
-        f"{m['num_layers']} layers (exchanged widths {report['exchanged_widths']}, forward and backward)",
+        f"  training traffic    {mb:.2f} MB of halo payload per epoch for {m['model']} hidden {m['hidden']}, "
+        f"{m['num_layers']} layers, schedule {report['schedule']}, halo dtype {report['halo_dtype']} "
+        f"(exchanged widths {report['exchanged_widths']}, forward and backward)",
     ]
     return "\n".join(lines)

@@ -23,11 +23,20 @@ from gnn_dist.halo import HaloExchanger
 from kernels.spmm import SparseOperator, spmm
 
 
-def glorot_(weight: torch.Tensor) -> None:
+def glorot_(weight: torch.Tensor, generator: torch.Generator | None = None) -> None:
     """PyG's glorot (uniform in +-sqrt(6 / (fan_in + fan_out))), used by GCNConv."""
     bound = math.sqrt(6.0 / (weight.shape[0] + weight.shape[1]))
     with torch.no_grad():
-        weight.uniform_(-bound, bound)
+        weight.uniform_(-bound, bound, generator=generator)
+
+
+def linear_uniform_(linear: nn.Linear, generator: torch.Generator | None = None) -> None:
+    """torch.nn.Linear's default initialisation (what PyG's SAGEConv uses), from a given generator."""
+    bound = 1.0 / math.sqrt(linear.in_features) if linear.in_features else 0.0
+    with torch.no_grad():
+        linear.weight.uniform_(-bound, bound, generator=generator)
+        if linear.bias is not None:
+            linear.bias.uniform_(-bound, bound, generator=generator)
 
 
 class DistGCNConv(nn.Module):
@@ -41,11 +50,16 @@ class DistGCNConv(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_dim, in_dim))
         self.bias = nn.Parameter(torch.zeros(out_dim))
-        glorot_(self.weight)
+        self.reset_parameters()
         self.operator = operator
         self.exchanger = exchanger
         self.slot = slot
         self.aggregate_first = in_dim <= out_dim
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        glorot_(self.weight, generator)
+        with torch.no_grad():
+            self.bias.zero_()
 
     def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
         if self.aggregate_first:
@@ -73,6 +87,10 @@ class DistSAGEConv(nn.Module):
         self.exchanger = exchanger
         self.slot = slot
         self.aggregate_first = in_dim <= out_dim
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        linear_uniform_(self.lin_l, generator)
+        linear_uniform_(self.lin_r, generator)
 
     def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
         owned = x if x_full is None else x_full[:self.operator.shape[0]]

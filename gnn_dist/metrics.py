@@ -53,6 +53,8 @@ def summarise(epochs: list[dict], run_fields: dict) -> dict:
         "best_val_acc": best["val_acc"] if best else None,
         "test_acc_at_best_val": best["test_acc"] if best else None,
         "halo_bytes_total": sum(r["halo_bytes"] for r in epochs),
+        "halo_rows_total": sum(r["halo_rows"] for r in epochs),
+        "halo_rows_skipped_total": sum(r["halo_rows_skipped"] for r in epochs),
         "eval_halo_bytes_total": sum(r["eval_halo_bytes"] for r in epochs),
         "allreduce_bytes_total": sum(r["allreduce_bytes"] for r in epochs),
         "epoch_s_median": statistics.median(r["epoch_s"] for r in epochs) if epochs else None,

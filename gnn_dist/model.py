@@ -105,16 +105,23 @@ class DistGNN(nn.Module):
         self.graph = graph
         self.seed = seed
         self.epoch = 0
+        self.exchanger = exchanger
         conv_type = DistGCNConv if config.model == "gcn" else DistSAGEConv
         self.convs = nn.ModuleList(
             conv_type(i, o, graph.operator, exchanger, slot=f"layer{k}")
             for k, (i, o) in enumerate(config.widths(in_dim, out_dim)))
         self.norms = nn.ModuleList(
             DistBatchNorm(config.hidden, exchanger) for _ in range(config.num_layers - 1)) if config.batch_norm else None
+        # A private generator: the initial weights depend on the seed alone, not on
+        # whatever else consumed torch's global RNG (threads of simulated ranks do).
+        generator = torch.Generator().manual_seed(seed)
+        for conv in self.convs:
+            conv.reset_parameters(generator)
 
     def forward(self, x_full: torch.Tensor) -> torch.Tensor:
         p = self.config.dropout
         graph = self.graph
+        self.exchanger.begin_pass(self.epoch, self.training)
         h = x_full
         for k, conv in enumerate(self.convs):
             key = stream_key(self.seed, self.epoch, k)
@@ -138,9 +145,29 @@ def exchanged_widths(config: ModelConfig, in_dim: int, out_dim: int) -> list[int
 
 
 def predicted_halo_bytes_per_epoch(total_halo_rows: int, config: ModelConfig, in_dim: int, out_dim: int,
-                                   itemsize: int = 4) -> int:
-    """Training halo bytes per epoch (forward rows out, gradients back), summed over ranks."""
-    return 2 * total_halo_rows * itemsize * sum(exchanged_widths(config, in_dim, out_dim))
+                                   halo_dtype: str = "fp32", schedule: str = "exact",
+                                   num_parts: int = 1) -> float:
+    """Training halo bytes per epoch (forward rows out, gradients back), summed over ranks.
+
+    Exact for exact, stale:R (averaged over R epochs), pipeline and the wire
+    format of every halo dtype; the expectation for bns:P; an upper bound for
+    adaptive schedules (which add one int32 flag per peer and direction and
+    may skip blocks).
+    """
+    from gnn_dist.codec import make_codec
+    from gnn_dist.schedules import AdaptiveSchedule, BoundarySamplingSchedule, StaleSchedule, parse_schedule
+
+    codec = make_codec(halo_dtype)
+    rule = parse_schedule(schedule)
+    widths = [w for w in exchanged_widths(config, in_dim, out_dim) if w]
+    total = 2 * total_halo_rows * sum(codec.row_bytes(w) for w in widths)
+    if isinstance(rule, StaleSchedule):
+        return total / rule.refresh_every
+    if isinstance(rule, BoundarySamplingSchedule):
+        return total * rule.keep_fraction
+    if isinstance(rule, AdaptiveSchedule):
+        return total + 2 * len(widths) * num_parts * (num_parts - 1) * 4
+    return total
 
 
 __all__ = ["MODELS", "ModelConfig", "LocalGraph", "DistGNN", "HaloPlan", "exchanged_widths",

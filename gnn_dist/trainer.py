@@ -23,14 +23,14 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
+from gnn_dist.codec import HALO_DTYPES, make_codec
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.metrics import MetricsWriter, peak_rss_bytes, summarise
 from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
+from gnn_dist.schedules import parse_schedule
 from partition.format import load_meta, load_part
 
-SCHEDULES = ("exact",)
-HALO_DTYPES = ("fp32",)
 MODES = ("full",)
 FAIL_AT_ENV = "GNN_DIST_FAIL_AT"  # "RANK:EPOCH": raise on that rank at that epoch (failure tests)
 
@@ -59,12 +59,9 @@ class TrainConfig:
         self.model.validate()
         if self.mode not in MODES:
             raise ValueError(f"--mode {self.mode!r} is not available in this version: use --mode full")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"--schedule {self.schedule!r} is not available in this version: valid forms: "
-                             + ", ".join(SCHEDULES))
+        parse_schedule(self.schedule)
         if self.halo_dtype not in HALO_DTYPES:
-            raise ValueError(f"--halo-dtype {self.halo_dtype!r} is not available in this version: valid: "
-                             + ", ".join(HALO_DTYPES))
+            raise ValueError(f"bad --halo-dtype {self.halo_dtype!r}: valid: {', '.join(HALO_DTYPES)}")
         if self.epochs < 0:
             raise ValueError(f"--epochs must be 0 or more, got {self.epochs}")
         if not self.lr > 0 or not math.isfinite(self.lr):
@@ -127,14 +124,14 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
 
     meta, part, metrics = _agree_on_setup(ctx, build_local)  # type: ignore[misc]
     plan = HaloPlan.from_part(part)
-    exchanger = HaloExchanger(ctx.comm, plan)
+    exchanger = HaloExchanger(ctx.comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
+                              schedule=parse_schedule(config.schedule, config.seed))
     graph = LocalGraph.from_part(part, config.model.model)
     x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)])
     graph = dataclasses.replace(graph, x=x_full[:graph.n_owned])  # one copy of the features, not two
     setup_halo_bytes = _sum_over_ranks(ctx, [exchanger.counters.halo_bytes])[0]
     exchanger.counters.reset()
 
-    torch.manual_seed(config.seed)
     model = DistGNN(config.model, meta.num_features, meta.num_classes, graph, exchanger, config.seed)
     params = [p for p in model.parameters()]
     flat = torch.zeros(sum(p.numel() for p in params) + 1)
@@ -262,19 +259,21 @@ def run_epochs(state: RankState) -> list[dict]:
         start = time.perf_counter()
         loss = train_step(state, epoch)
         epoch_s = time.perf_counter() - start
-        train_traffic = (counters.halo_bytes, counters.halo_rows, counters.allreduce_bytes, counters.comm_s)
+        train_traffic = (counters.halo_bytes, counters.halo_rows, counters.allreduce_bytes, counters.comm_s,
+                         counters.halo_rows_skipped)
         counters.reset()
         eval_start = time.perf_counter()
         if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
             last_acc = evaluate(state)
         eval_s = time.perf_counter() - eval_start
-        halo_bytes, halo_rows, allreduce_bytes, eval_halo_bytes = _sum_over_ranks(
-            ctx, [train_traffic[0], train_traffic[1], train_traffic[2], counters.halo_bytes])
+        halo_bytes, halo_rows, allreduce_bytes, rows_skipped, eval_halo_bytes = _sum_over_ranks(
+            ctx, [train_traffic[0], train_traffic[1], train_traffic[2], train_traffic[4], counters.halo_bytes])
         slowest = _max_over_ranks(ctx, [epoch_s, train_traffic[3], eval_s])
         record = {
             "epoch": epoch, "loss": loss, **last_acc,
             "epoch_s": slowest[0], "comm_s": slowest[1], "eval_s": slowest[2],
-            "halo_bytes": int(halo_bytes), "halo_rows": int(halo_rows), "eval_halo_bytes": int(eval_halo_bytes),
+            "halo_bytes": int(halo_bytes), "halo_rows": int(halo_rows), "halo_rows_skipped": int(rows_skipped),
+            "eval_halo_bytes": int(eval_halo_bytes),
             "allreduce_bytes": int(allreduce_bytes),
         }
         records.append(record)
@@ -294,6 +293,7 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
     complete = False
     try:
         records = run_epochs(state)
+        state.exchanger.finish()
         peak = _max_over_ranks(ctx, [peak_rss_bytes()])[0]
         final = summarise(records, {
             "dataset": state.dataset, "num_parts": ctx.size, "mode": config.mode, "schedule": config.schedule,
@@ -316,4 +316,4 @@ def gather_logits(state: RankState) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 __all__ = ["TrainConfig", "RankState", "setup", "compute_gradients", "train_step", "evaluate", "run_epochs", "train",
-           "TrainingDiverged", "SCHEDULES", "HALO_DTYPES", "MODES", "asdict"]
+           "TrainingDiverged", "HALO_DTYPES", "MODES", "asdict"]

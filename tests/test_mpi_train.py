@@ -121,7 +121,8 @@ def test_corrupt_part_file_stops_every_rank(partitioned, tmp_path):
     (["--epochs", "-1"], "--epochs must be 0 or more"),
     (["--hidden", "0"], "--hidden must be at least 1"),
     (["--dropout", "1.0"], "--dropout must lie in [0, 1)"),
-    (["--schedule", "stale:4"], "valid forms: exact"),
+    (["--schedule", "fast"], "valid forms: exact, stale:R"),
+    (["--halo-dtype", "fp8"], "valid: fp32, fp16, bf16, int8"),
 ])
 def test_bad_hyperparameters(partitioned, args, message):
     done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:small", 2)), "--no-progress", *args,
@@ -143,3 +144,53 @@ def test_nan_features_stop_with_a_clear_message(tmp_path):
     done = run_mpi(2, "train", "--parts", str(tmp_path / "p"), "--no-progress", timeout=60)
     assert done.returncode != 0
     assert done.stderr.count("loss became nan at epoch 0") == 1, done.stderr
+
+
+SCHEDULES = ["exact", "stale:4", "pipeline", "pipeline:0.5", "bns:0.1", "adaptive:0.05"]
+
+
+@pytest.mark.parametrize("spec, dtype", [(s, "fp32") for s in SCHEDULES] + [("exact", "fp16"), ("exact", "int8"),
+                                                                           ("stale:4", "bf16")])
+def test_every_schedule_on_cora_keeps_accuracy(cora_root, tmp_path, spec, dtype):
+    parts = tmp_path / "cora"
+    assert run_cli("partition", "--dataset", "planetoid:Cora", "--root", str(cora_root), "--num-parts", "2",
+                   "--out", str(parts)).returncode == 0
+    out = tmp_path / "m.jsonl"
+    done = run_mpi(2, "train", "--parts", str(parts), "--epochs", "200", "--schedule", spec, "--halo-dtype", dtype,
+                   "--metrics-out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    epochs, final = read_metrics(out)
+    assert final["schedule"] == spec and final["halo_dtype"] == dtype
+    assert final["test_acc"] >= 0.78, final
+    assert all("halo_rows_skipped" in r for r in epochs)
+
+
+@pytest.mark.parametrize("spec, dtype, exact_match", [
+    ("exact", "fp32", True), ("stale:4", "fp32", True), ("pipeline", "fp32", True),
+    ("exact", "fp16", True), ("exact", "int8", True), ("stale:2", "bf16", True), ("bns:0.5", "fp32", False)])
+def test_inspect_predicts_what_a_run_sends(partitioned, tmp_path, spec, dtype, exact_match):
+    directory = partitioned("synthetic:small", 4)
+    out = tmp_path / "m.jsonl"
+    done = run_mpi(4, "train", "--parts", str(directory), "--epochs", "8", "--hidden", "24", "--num-layers", "3",
+                   "--schedule", spec, "--halo-dtype", dtype, "--metrics-out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    epochs, final = read_metrics(out)
+    report = json.loads(run_cli("inspect", str(directory), "--json", "--hidden", "24", "--num-layers", "3",
+                                "--schedule", spec, "--halo-dtype", dtype).stdout)
+    measured = final["halo_bytes_total"] / final["epochs"]
+    if exact_match:
+        assert measured == report["predicted_halo_bytes_per_epoch"]
+    else:
+        assert abs(measured / report["predicted_halo_bytes_per_epoch"] - 1) < 0.1
+
+
+def test_degenerate_schedules_reproduce_exact(partitioned, tmp_path):
+    directory = partitioned("synthetic:small", 2)
+    curves = {}
+    for spec in ("exact", "stale:1", "bns:1.0"):
+        out = tmp_path / f"{spec.replace(':', '_')}.jsonl"
+        done = run_mpi(2, "train", "--parts", str(directory), "--epochs", "15", "--schedule", spec,
+                       "--metrics-out", str(out), "--no-progress")
+        assert done.returncode == 0, done.stderr
+        curves[spec] = [r["loss"] for r in read_metrics(out)[0]]
+    assert curves["stale:1"] == curves["exact"] == curves["bns:1.0"]
