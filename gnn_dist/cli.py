@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-every", type=int, default=1)
     t.add_argument("--metrics-out", default=None, help="JSON Lines file (rank 0 writes it)")
     t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--checkpoint-dir", default=None, help="write checkpoints here (and resume from here)")
+    t.add_argument("--checkpoint-every", type=int, default=10, help="epochs between checkpoints")
+    t.add_argument("--keep-checkpoints", type=int, default=3, help="complete checkpoints to keep")
+    t.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    t.add_argument("--timeout", type=float, default=600.0,
+                   help="abort the job when a rank makes no progress for this many seconds (0: never)")
 
     i = sub.add_parser("inspect", help="partition quality and predicted halo traffic")
     i.add_argument("directory")
@@ -131,7 +137,9 @@ def train_config_from_args(args):
                           batch_norm=args.batch_norm),
         mode=args.mode, schedule=args.schedule, halo_dtype=args.halo_dtype, epochs=args.epochs, lr=args.lr,
         weight_decay=args.weight_decay, seed=args.seed, threads=args.threads, eval_every=args.eval_every,
-        metrics_out=args.metrics_out, progress=not args.no_progress,
+        metrics_out=args.metrics_out, progress=not args.no_progress, checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, resume=args.resume,
+        timeout=args.timeout,
     )
 
 

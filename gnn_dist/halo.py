@@ -98,6 +98,8 @@ class HaloExchanger:
     counters: TrafficCounters = field(default_factory=TrafficCounters)
     epoch: int = 0
     training: bool = False
+    beat: object = None  # callable(step: str) -> None: progress reports for the watchdog
+    step: str = "halo exchange"
     _buffers: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -105,6 +107,8 @@ class HaloExchanger:
             from gnn_dist.schedules import ExactSchedule
 
             self.schedule = ExactSchedule()
+        if self.beat is None:
+            self.beat = lambda step: None
 
     def buffer(self, key: tuple, rows: int, width: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         full_key = key + (rows, width, dtype)
@@ -131,6 +135,7 @@ class HaloExchanger:
 
         Non-blocking: returns a Pending whose wait() also decodes.
         """
+        self.beat(self.step)
         wire_send = self.codec.encode(send)
         wire_recv = recv if self.codec.identity and recv.is_contiguous() \
             else self.codec.empty_wire(recv.shape[0], recv.shape[1])
@@ -178,6 +183,7 @@ class HaloExchanger:
     def allreduce_(self, tensor: torch.Tensor) -> None:
         """Sum a tensor over ranks in place (statistics of distributed layers), counting its bytes."""
         if self.comm.size > 1:
+            self.beat(f"epoch {self.epoch}: allreduce of {tensor.numel()} values")
             start = time.perf_counter()
             self.comm.allreduce_(tensor)
             self.counters.comm_s += time.perf_counter() - start
@@ -224,11 +230,13 @@ class _HaloGather(torch.autograd.Function):
         ctx.slot = slot
         schedule = ex.schedule if ex.training else _exact()
         ctx.schedule = schedule
+        ex.step = f"epoch {ex.epoch}: {slot} forward halo exchange"
         full, ctx.info = schedule.forward(ex, slot, x_owned.contiguous())
         return full
 
     @staticmethod
     def backward(ctx, grad_full: torch.Tensor):  # type: ignore[override]
+        ctx.ex.step = f"epoch {ctx.ex.epoch}: {ctx.slot} backward halo exchange"
         grad_owned = ctx.schedule.backward(ctx.ex, ctx.slot, grad_full.contiguous(), ctx.info)
         return grad_owned, None, None
 

@@ -17,22 +17,26 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from gnn_dist.checkpoint import load_checkpoint, save_checkpoint
 from gnn_dist.codec import HALO_DTYPES, make_codec
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.metrics import MetricsWriter, peak_rss_bytes, summarise
 from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
 from gnn_dist.schedules import parse_schedule
+from gnn_dist.watchdog import NoWatchdog, Watchdog
 from partition.format import load_meta, load_part
 
 MODES = ("full",)
-FAIL_AT_ENV = "GNN_DIST_FAIL_AT"  # "RANK:EPOCH": raise on that rank at that epoch (failure tests)
+FAIL_AT_ENV = "GNN_DIST_FAIL_AT"  # "RANK:EPOCH[:hang]": raise (or hang) on that rank at that epoch (failure tests)
 
 
 class TrainingDiverged(SetupError):
@@ -54,6 +58,11 @@ class TrainConfig:
     eval_every: int = 1
     metrics_out: str | None = None
     progress: bool = True
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 3
+    resume: bool = False
+    timeout: float = 600.0  # seconds without progress before the watchdog aborts the job; 0 disables
 
     def validate(self) -> None:
         self.model.validate()
@@ -72,6 +81,14 @@ class TrainConfig:
             raise ValueError(f"--threads must be at least 1, got {self.threads}")
         if self.eval_every < 1:
             raise ValueError(f"--eval-every must be at least 1, got {self.eval_every}")
+        if self.checkpoint_every < 1:
+            raise ValueError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
+        if self.keep_checkpoints < 1:
+            raise ValueError(f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}")
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("--resume needs --checkpoint-dir DIR (where the checkpoints are)")
+        if self.timeout < 0:
+            raise ValueError(f"--timeout must be 0 (off) or positive seconds, got {self.timeout}")
 
 
 @dataclass
@@ -90,6 +107,10 @@ class RankState:
     metrics: MetricsWriter
     dataset: str
     setup_halo_bytes: int
+    partition_id: str
+    watchdog: object
+    start_epoch: int = 0
+    records: list = dataclasses.field(default_factory=list)
 
 
 def _agree_on_setup(ctx: RankContext, build) -> object:
@@ -119,13 +140,17 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
         meta = load_meta(config.parts)
         ctx.check_num_parts(meta.num_parts, config.parts)
         part = load_part(config.parts, ctx.rank, meta)
+        if config.checkpoint_dir:
+            _check_writable(config.checkpoint_dir, "--checkpoint-dir")
         metrics = MetricsWriter(config.metrics_out if ctx.is_root else None)
         return meta, part, metrics
 
     meta, part, metrics = _agree_on_setup(ctx, build_local)  # type: ignore[misc]
+    watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort) if config.timeout > 0 else NoWatchdog()
+    watchdog.beat("set-up: fetching halo input features")
     plan = HaloPlan.from_part(part)
     exchanger = HaloExchanger(ctx.comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
-                              schedule=parse_schedule(config.schedule, config.seed))
+                              schedule=parse_schedule(config.schedule, config.seed), beat=watchdog.beat)
     graph = LocalGraph.from_part(part, config.model.model)
     x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)])
     graph = dataclasses.replace(graph, x=x_full[:graph.n_owned])  # one copy of the features, not two
@@ -140,8 +165,32 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     ctx.comm.bcast_(flat)
     _unpack(params, flat, grads=False)
     optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
-    return RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, flat, metrics,
-                     meta.dataset, setup_halo_bytes)
+    state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, flat, metrics,
+                      meta.dataset, setup_halo_bytes, meta.partition_id, watchdog)
+    if config.resume:
+        watchdog.beat("set-up: loading the checkpoint")
+        restored = _agree_on_setup(ctx, lambda: load_checkpoint(state, config.checkpoint_dir))
+        if restored is None:
+            if ctx.is_root:
+                print(f"gnn-dist train: no complete checkpoint in {config.checkpoint_dir}: starting at epoch 0",
+                      file=sys.stderr)
+        else:
+            state.start_epoch, state.records = restored
+            for record in state.records:
+                metrics.write(record)
+    return state
+
+
+def _check_writable(directory: str, option: str) -> None:
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise SetupError(f"{option} {directory} is not writable ({err.strerror or err}): choose a directory you "
+                         f"can write to") from err
 
 
 def _pack(params, flat: torch.Tensor, grads: bool) -> None:
@@ -239,8 +288,11 @@ def accuracies(ctx: RankContext, logits: torch.Tensor, graph: LocalGraph) -> dic
 def _maybe_inject_failure(rank: int, epoch: int) -> None:
     spec = os.environ.get(FAIL_AT_ENV)
     if spec:
-        fail_rank, fail_epoch = (int(v) for v in spec.split(":"))
-        if rank == fail_rank and epoch == fail_epoch:
+        fail_rank, fail_epoch, *mode = spec.split(":")
+        if rank == int(fail_rank) and epoch == int(fail_epoch):
+            if mode == ["hang"]:
+                while True:  # a rank that stops making progress without any error
+                    time.sleep(1)
             raise RuntimeError(f"injected failure ({FAIL_AT_ENV}={spec})")
 
 
@@ -251,11 +303,16 @@ def run_epochs(state: RankState) -> list[dict]:
         from tqdm import tqdm
 
         bar = tqdm(total=config.epochs, desc=f"train P={ctx.size}", unit="epoch", dynamic_ncols=True)
-    records: list[dict] = []
-    last_acc = {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0}
-    for epoch in range(config.epochs):
+    records: list[dict] = list(state.records)
+    if bar is not None:
+        bar.update(state.start_epoch)
+    last_acc = {k: records[-1][k] for k in ("train_acc", "val_acc", "test_acc")} if records else \
+        {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0}
+    beat = state.watchdog.beat
+    for epoch in range(state.start_epoch, config.epochs):
         _maybe_inject_failure(ctx.rank, epoch)
         counters.reset()
+        beat(f"epoch {epoch}: training step")
         start = time.perf_counter()
         loss = train_step(state, epoch)
         epoch_s = time.perf_counter() - start
@@ -263,6 +320,7 @@ def run_epochs(state: RankState) -> list[dict]:
                          counters.halo_rows_skipped)
         counters.reset()
         eval_start = time.perf_counter()
+        beat(f"epoch {epoch}: evaluation")
         if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
             last_acc = evaluate(state)
         eval_s = time.perf_counter() - eval_start
@@ -278,6 +336,9 @@ def run_epochs(state: RankState) -> list[dict]:
         }
         records.append(record)
         state.metrics.write(record)
+        if config.checkpoint_dir and (epoch + 1) % config.checkpoint_every == 0:
+            beat(f"epoch {epoch}: checkpoint")
+            save_checkpoint(state, config.checkpoint_dir, epoch + 1, records, config.keep_checkpoints)
         if bar is not None:
             bar.set_postfix(loss=f"{loss:.4f}", val=f"{last_acc['val_acc']:.3f}",
                             MB=f"{halo_bytes / 1e6:.1f}", refresh=False)
@@ -305,6 +366,7 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
         complete = True
         return final
     finally:
+        state.watchdog.stop()
         state.metrics.close(complete)
 
 

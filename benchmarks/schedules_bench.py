@@ -1,0 +1,124 @@
+"""Every schedule and halo dtype against exact: halo bytes per epoch, epoch time, test accuracy.
+
+    python -m benchmarks.schedules_bench --datasets synthetic:arxiv,npz:../shared/data/npz/facebook.npz \\
+        --parts 2,4 --seeds 0,1,2 --epochs 100 --out runs/bench-schedules
+
+Runs are real `mpiexec -n P gnn-dist train` processes, one after another.
+Writes schedules.json, schedules.md (means over seeds, ratios against exact
+on the same dataset, P and seed) and accuracy_vs_bytes.png.
+Targets (issue 4): stale:4 <= 0.3x exact's bytes within 1.0 point of its
+accuracy; int8 <= 0.3x within 0.5 point; bns:0.1 <= 0.2x within 1.0 point;
+pipeline epoch time below exact's at P = 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from benchmarks.common import machine, markdown_table, partition, run_train
+
+CONFIGS = [("exact", "fp32"), ("stale:4", "fp32"), ("pipeline", "fp32"), ("bns:0.1", "fp32"),
+           ("adaptive:0.05", "fp32"), ("exact", "fp16"), ("exact", "int8")]
+TARGETS = {("stale:4", "fp32"): (0.3, 1.0), ("exact", "int8"): (0.3, 0.5), ("bns:0.1", "fp32"): (0.2, 1.0)}
+
+
+def label(spec: str, dtype: str) -> str:
+    return spec if dtype == "fp32" else f"{spec} + {dtype}"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["dataset"], r["parts"]) for r in rows})
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    for ax, (dataset, parts) in zip(axes[0], groups):
+        for r in (r for r in rows if (r["dataset"], r["parts"]) == (dataset, parts)):
+            ax.scatter(r["bytes_ratio"], r["test_acc"] * 100)
+            ax.annotate(r["label"], (r["bytes_ratio"], r["test_acc"] * 100), fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("halo bytes per epoch / exact")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(f"{dataset.split('/')[-1]}, P={parts}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", default="synthetic:arxiv,npz:../shared/data/npz/facebook.npz")
+    parser.add_argument("--parts", default="2,4")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--epochs", type=int, default=100)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--num-layers", type=int, default=3)
+    parser.add_argument("--out", default="runs/bench-schedules")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    raw = []
+    for dataset in args.datasets.split(","):
+        for num_parts in (int(p) for p in args.parts.split(",")):
+            parts = partition(dataset, num_parts, out / f"parts-{Path(dataset).stem.replace(':', '_')}-{num_parts}")
+            for seed in (int(s) for s in args.seeds.split(",")):
+                for spec, dtype in CONFIGS:
+                    metrics = out / f"m-{Path(dataset).stem}-{num_parts}-{seed}-{spec.replace(':', '_')}-{dtype}.jsonl"
+                    final = run_train(num_parts, parts, metrics, [
+                        "--hidden", str(args.hidden), "--num-layers", str(args.num_layers), "--epochs",
+                        str(args.epochs), "--seed", str(seed), "--schedule", spec, "--halo-dtype", dtype,
+                        "--eval-every", "10"])
+                    final.pop("per_epoch")
+                    raw.append({"dataset": dataset, "parts": num_parts, "seed": seed, "spec": spec, "dtype": dtype,
+                                **final})
+                    print(f"{dataset} P={num_parts} seed={seed} {label(spec, dtype)}: "
+                          f"{final['halo_bytes_total'] / final['epochs'] / 1e6:.2f} MB/epoch, "
+                          f"{final['epoch_s_median']:.3f} s/epoch, acc {final['test_acc']:.4f}", file=sys.stderr)
+                    (out / "schedules.json").write_text(json.dumps({"machine": machine(), "config": vars(args),
+                                                                    "runs": raw}, indent=1))
+    summary = []
+    for dataset in args.datasets.split(","):
+        for num_parts in (int(p) for p in args.parts.split(",")):
+            runs = [r for r in raw if r["dataset"] == dataset and r["parts"] == num_parts]
+            exact = {r["seed"]: r for r in runs if (r["spec"], r["dtype"]) == ("exact", "fp32")}
+            for spec, dtype in CONFIGS:
+                mine = [r for r in runs if (r["spec"], r["dtype"]) == (spec, dtype)]
+                if not mine:
+                    continue
+                bytes_ratio = statistics.mean(r["halo_bytes_total"] / exact[r["seed"]]["halo_bytes_total"]
+                                              for r in mine)
+                time_ratio = statistics.mean(r["epoch_s_median"] / exact[r["seed"]]["epoch_s_median"] for r in mine)
+                acc = statistics.mean(r["test_acc"] for r in mine)
+                delta = 100 * statistics.mean(r["test_acc"] - exact[r["seed"]]["test_acc"] for r in mine)
+                target = TARGETS.get((spec, dtype))
+                verdict = ""
+                if target:
+                    verdict = "met" if bytes_ratio <= target[0] and abs(delta) <= target[1] else "NOT met"
+                if (spec, dtype) == ("pipeline", "fp32") and num_parts == 2:
+                    verdict = "met" if time_ratio < 1 else "NOT met"
+                summary.append({"dataset": dataset, "parts": num_parts, "label": label(spec, dtype),
+                                "bytes_per_epoch": statistics.mean(r["halo_bytes_total"] / r["epochs"] for r in mine),
+                                "bytes_ratio": bytes_ratio, "epoch_s": statistics.mean(r["epoch_s_median"] for r in mine),
+                                "time_ratio": time_ratio, "test_acc": acc, "delta_points": delta,
+                                "skipped_rows": statistics.mean(r["halo_rows_skipped_total"] for r in mine),
+                                "target": verdict, "seeds": len(mine)})
+    table = markdown_table(
+        ["dataset", "P", "schedule", "MB/epoch", "bytes vs exact", "s/epoch", "time vs exact", "test acc",
+         "Δ acc (points)", "target"],
+        [[Path(r["dataset"]).name, r["parts"], r["label"], f"{r['bytes_per_epoch'] / 1e6:.2f}",
+          f"{r['bytes_ratio']:.3f}", f"{r['epoch_s']:.3f}", f"{r['time_ratio']:.2f}", f"{100 * r['test_acc']:.2f}",
+          f"{r['delta_points']:+.2f}", r["target"]] for r in summary])
+    text = (f"{args.num_layers}-layer GCN, hidden {args.hidden}, {args.epochs} epochs, seeds {args.seeds} "
+            f"(means; ratios per seed against exact); {machine()['cpu']}\n\n{table}\n")
+    (out / "schedules.md").write_text(text)
+    plot(summary, out / "accuracy_vs_bytes.png")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

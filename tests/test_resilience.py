@@ -1,0 +1,211 @@
+"""Checkpoint and resume, a killed or hung rank, and bad input that never costs data (issue: no hangs)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import MPIEXEC, run_cli, run_mpi
+
+pytestmark = pytest.mark.mpi
+
+
+def losses(path: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in path.read_text().splitlines() if "final" not in json.loads(line)]
+
+
+def train(num_parts, parts, *args, env=None, timeout=180):
+    return run_mpi(num_parts, "train", "--parts", str(parts), "--no-progress", *args, env=env, timeout=timeout)
+
+
+@pytest.mark.parametrize("schedule, dtype", [("exact", "fp32"), ("pipeline", "fp32"), ("stale:3", "int8"),
+                                             ("adaptive:0.05", "fp32")])
+def test_stopped_and_resumed_run_equals_the_uninterrupted_one(partitioned, tmp_path, schedule, dtype):
+    parts = partitioned("synthetic:small", 2)
+    common = ["--epochs", "12", "--hidden", "32", "--num-layers", "3", "--schedule", schedule, "--halo-dtype", dtype,
+              "--batch-norm"]
+    whole = tmp_path / "whole.jsonl"
+    assert train(2, parts, *common, "--metrics-out", str(whole)).returncode == 0
+    ckpt = tmp_path / "ckpt"
+    resumed = tmp_path / "resumed.jsonl"
+    done = train(2, parts, *common, "--checkpoint-dir", str(ckpt), "--checkpoint-every", "4",
+                 "--metrics-out", str(resumed), env={"GNN_DIST_FAIL_AT": "1:6"})
+    assert done.returncode != 0 and not resumed.exists()
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-000004"]
+    done = train(2, parts, *common, "--checkpoint-dir", str(ckpt), "--resume", "--metrics-out", str(resumed))
+    assert done.returncode == 0, done.stderr
+    a, b = losses(whole), losses(resumed)
+    assert len(a) == len(b) == 12
+    for x, y in zip(a, b):
+        assert abs(x - y) <= 1e-4 * abs(x)
+
+
+def test_keep_only_the_last_checkpoints(partitioned, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    done = train(2, partitioned("synthetic:small", 2), "--epochs", "10", "--checkpoint-dir", str(ckpt),
+                 "--checkpoint-every", "2", "--keep-checkpoints", "2")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-000008", "epoch-000010"]
+    for folder in ckpt.iterdir():
+        assert sorted(p.name for p in folder.iterdir()) == ["MANIFEST.json", "rank-00000.pt", "rank-00001.pt"]
+
+
+def _python_ranks_of(marker: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(b"python" in part for part in cmdline[:1]) and marker.encode() in b" ".join(cmdline):
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_a_killed_rank_ends_the_job_and_resume_loses_little(partitioned, tmp_path):
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not found")
+    parts = tmp_path / "parts-kill"  # a unique path to find this job's processes by
+    shutil.copytree(partitioned("synthetic:small", 2), parts)
+    ckpt = tmp_path / "ckpt"
+    metrics = tmp_path / "m.jsonl"
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--parts", str(parts), "--epochs", "100000",
+           "--checkpoint-dir", str(ckpt), "--checkpoint-every", "5", "--no-progress", "--metrics-out", str(metrics)]
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (ckpt.exists() and len(list(ckpt.glob("*/MANIFEST.json"))) >= 2):
+        assert time.monotonic() < deadline and job.poll() is None, "no checkpoint appeared"
+        time.sleep(0.2)
+    ranks = _python_ranks_of(str(parts))
+    assert len(ranks) == 2
+    os.kill(ranks[1], signal.SIGKILL)
+    killed_at = time.monotonic()
+    try:
+        job.wait(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode != 0
+    assert time.monotonic() - killed_at < 60
+    newest = max(int(p.name.split("-")[1]) for p in ckpt.glob("*") if (p / "MANIFEST.json").exists())
+    done = train(2, parts, "--epochs", str(newest + 2), "--checkpoint-dir", str(ckpt), "--resume",
+                 "--metrics-out", str(metrics))
+    assert done.returncode == 0, done.stderr
+    assert len(losses(metrics)) == newest + 2
+
+
+def test_watchdog_names_the_stalled_step(partitioned):
+    start = time.monotonic()
+    done = train(2, partitioned("synthetic:small", 2), "--epochs", "1000", "--timeout", "4",
+                 env={"GNN_DIST_FAIL_AT": "1:3:hang"}, timeout=90)
+    assert done.returncode != 0
+    assert time.monotonic() - start < 45
+    assert "no progress for" in done.stderr and "stalled in: epoch 3" in done.stderr
+
+
+def test_resume_refuses_another_rank_count_partition_or_model(partitioned, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    assert train(2, partitioned("synthetic:small", 2), "--epochs", "2", "--checkpoint-dir", str(ckpt),
+                 "--checkpoint-every", "2").returncode == 0
+    cases = [
+        (4, partitioned("synthetic:small", 4), [], "written by 2 ranks but 4 were started: resume with mpiexec -n 2"),
+        (2, partitioned("synthetic:small", 2, "random"), [], "belongs to another partition"),
+        (2, partitioned("synthetic:small", 2), ["--hidden", "32"], "this run asks for"),
+        (2, partitioned("synthetic:small", 2), ["--schedule", "stale:2"], "asks for stale:2"),
+    ]
+    for num_parts, parts, extra, message in cases:
+        done = train(num_parts, parts, "--epochs", "4", "--checkpoint-dir", str(ckpt), "--resume", *extra)
+        assert done.returncode != 0
+        assert [line for line in done.stderr.splitlines() if "error" in line] == \
+            [line for line in done.stderr.splitlines() if message in line], done.stderr
+        assert message in done.stderr
+
+
+def test_corrupt_checkpoint_shard_is_named(partitioned, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    parts = partitioned("synthetic:small", 2)
+    assert train(2, parts, "--epochs", "2", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2").returncode == 0
+    shard = ckpt / "epoch-000002" / "rank-00001.pt"
+    shard.write_bytes(shard.read_bytes()[:-20])
+    done = train(2, parts, "--epochs", "4", "--checkpoint-dir", str(ckpt), "--resume")
+    assert done.returncode != 0
+    assert "rank-00001.pt is missing or corrupt" in done.stderr
+
+
+def test_full_disk_during_a_checkpoint(partitioned, tmp_path):
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to mount a small tmpfs")
+    parts = partitioned("synthetic:small", 2)
+    args = ["--epochs", "6", "--hidden", "256", "--num-layers", "3", "--checkpoint-every", "2"]
+    sized = tmp_path / "sized"
+    assert train(2, parts, *args, "--checkpoint-dir", str(sized), "--keep-checkpoints", "5").returncode == 0
+    one = sum(f.stat().st_size for f in (sized / "epoch-000002").iterdir())
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    metrics = tmp_path / "m.jsonl"
+    script = (f"mount -t tmpfs -o size={int(one * 1.5)} tmpfs {disk} || exit 77; "
+              + " ".join([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--parts", str(parts),
+                          "--no-progress", *args, "--checkpoint-dir", str(disk / "ckpt"), "--keep-checkpoints", "5",
+                          "--metrics-out", str(metrics)])
+              + f"; code=$?; ls -a {disk}/ckpt/*/ > {tmp_path}/listing; exit $code")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=180)
+    if done.returncode == 77:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "checkpoint to" in errors[0] and "No space left on device" in errors[0]
+    assert "epoch-000004" in errors[0]
+    listing = (tmp_path / "listing").read_text()
+    # the first checkpoint is complete, the failed one left no shard and no manifest
+    assert listing.count("MANIFEST.json") == 1 and ".tmp" not in listing
+    assert not metrics.exists()
+
+
+@pytest.mark.parametrize("where", ["metrics", "checkpoint"])
+def test_unwritable_output_is_refused_before_training(partitioned, tmp_path, where):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    target = ["--metrics-out", str(blocker / "m.jsonl")] if where == "metrics" else \
+        ["--checkpoint-dir", str(blocker / "ckpt")]
+    done = train(2, partitioned("synthetic:small", 2), "--epochs", "2", *target, timeout=60)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and str(blocker) in errors[0]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.update(format_version=7), "format_version 7"),
+    (lambda m: m.pop("num_classes"), "missing keys num_classes"),
+])
+def test_bad_meta_json_under_mpiexec(partitioned, tmp_path, change, message):
+    parts = tmp_path / "p"
+    shutil.copytree(partitioned("synthetic:small", 2), parts)
+    meta = json.loads((parts / "meta.json").read_text())
+    change(meta)
+    (parts / "meta.json").write_text(json.dumps(meta))
+    done = train(2, parts, timeout=60)
+    assert done.returncode != 0
+    assert done.stderr.count(message) == 1
+
+
+def test_resume_without_a_checkpoint_starts_fresh(partitioned, tmp_path):
+    done = train(2, partitioned("synthetic:small", 2), "--epochs", "2", "--checkpoint-dir", str(tmp_path / "c"),
+                 "--resume")
+    assert done.returncode == 0
+    assert "starting at epoch 0" in done.stderr
+
+
+def test_unknown_dataset_and_missing_files_from_the_cli(tmp_path):
+    for args, message in ((["--dataset", "ogbn-foo"], "unknown dataset"),
+                          (["--dataset", "planetoid:Cora", "--root", str(tmp_path)], "missing ind.cora.x")):
+        done = run_cli("partition", *args, "--num-parts", "2", "--out", str(tmp_path / "p"))
+        assert done.returncode != 0 and message in done.stderr
+        assert not (tmp_path / "p").exists()
