@@ -71,8 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--checkpoint-every", type=int, default=10, help="epochs between checkpoints")
     t.add_argument("--keep-checkpoints", type=int, default=3, help="complete checkpoints to keep")
     t.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    t.add_argument("--predictions-out", default=None, help=".npy of every node's predicted class (rank 0 writes)")
     t.add_argument("--timeout", type=float, default=600.0,
                    help="abort the job when a rank makes no progress for this many seconds (0: never)")
+
+    sub.add_parser("bench", help="benchmark sweeps with PyG baselines (gnn-dist bench --help)", add_help=False)
 
     i = sub.add_parser("inspect", help="partition quality and predicted halo traffic")
     i.add_argument("directory")
@@ -139,7 +142,7 @@ def train_config_from_args(args):
         weight_decay=args.weight_decay, seed=args.seed, threads=args.threads, eval_every=args.eval_every,
         metrics_out=args.metrics_out, progress=not args.no_progress, checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, resume=args.resume,
-        timeout=args.timeout,
+        timeout=args.timeout, predictions_out=args.predictions_out,
     )
 
 
@@ -172,6 +175,11 @@ def cmd_train(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:
+        from benchmarks.harness import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     handler = {"partition": cmd_partition, "train": cmd_train, "inspect": cmd_inspect}[args.command]
     return handler(args)
