@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels.native import native_module
+
 _CHUNK_ELEMENTS = 1 << 20
 _GOLDEN = 0x9E3779B9
 
@@ -82,11 +84,37 @@ def _wrap_int32(values: torch.Tensor) -> torch.Tensor:
     return torch.where(values >= (1 << 31), values - (1 << 32), values).to(torch.int32)
 
 
-def keyed_dropout(x: torch.Tensor, node_ids: torch.Tensor, key: int, p: float, training: bool) -> torch.Tensor:
-    """Inverted dropout with a node-keyed mask. Shapes: x [n, F], node_ids [n] -> [n, F]."""
+def keyed_dropout(x: torch.Tensor, node_ids: torch.Tensor, key: int, p: float, training: bool,
+                  relu: bool = False) -> torch.Tensor:
+    """Inverted dropout with a node-keyed mask, after an optional ReLU. Shapes: x [n, F], node_ids [n] -> [n, F].
+
+    With relu=True this is dropout(relu(x)), in one pass where the native kernel is available.
+    """
     if not training or p == 0.0:
-        return x
-    return _KeyedDropout.apply(x, node_ids, key, p)
+        return torch.relu(x) if relu else x
+    native = native_module()
+    if native is not None and x.dtype == torch.float32:
+        return _NativeKeyedDropout.apply(x, node_ids, key, p, relu, native)
+    return _KeyedDropout.apply(torch.relu(x) if relu else x, node_ids, key, p)
+
+
+class _NativeKeyedDropout(torch.autograd.Function):
+    """The same masks computed in C++ in one pass, the ReLU folded into the saved mask."""
+
+    @staticmethod
+    def forward(ctx, x, node_ids, key, p, relu, native):  # type: ignore[override]
+        row_hash = mix32(_wrap_int32(node_ids.to(torch.int64) * _GOLDEN) ^ _to_int32(key))
+        col_hash = mix32(_wrap_int32(torch.arange(x.shape[1], dtype=torch.int64) * 0x85EBCA77 + 1))
+        threshold = int(p * (1 << 32)) - (1 << 31)
+        out, mask = native.keyed_dropout(x.contiguous(), row_hash, col_hash, threshold, 1.0 / (1.0 - p), relu)
+        ctx.save_for_backward(mask)
+        ctx.scale = 1.0 / (1.0 - p)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        (mask,) = ctx.saved_tensors
+        return torch.mul(grad_out, mask).mul_(ctx.scale), None, None, None, None, None
 
 
 class _KeyedDropout(torch.autograd.Function):

@@ -69,7 +69,7 @@ class DistGCNConv(nn.Module):
             full = self.exchanger.gather(x @ self.weight.t(), self.slot)
         else:
             full = x_full @ self.weight.t()
-        return spmm(self.operator, full) + self.bias
+        return spmm(self.operator, full, self.bias)
 
 
 class DistSAGEConv(nn.Module):
@@ -102,7 +102,7 @@ class DistSAGEConv(nn.Module):
             full = self.exchanger.gather(x @ self.lin_l.weight.t(), self.slot)
         else:
             full = x_full @ self.lin_l.weight.t()
-        return spmm(self.operator, full) + self.lin_l.bias + root
+        return spmm(self.operator, full, self.lin_l.bias) + root
 
 
 class DistBatchNorm(nn.Module):

@@ -128,11 +128,10 @@ class DistGNN(nn.Module):
             if k == 0:
                 h = conv(x_full=keyed_dropout(h, graph.local_ids, key, p, self.training))
             else:
-                h = conv(keyed_dropout(h, graph.node_ids, key, p, self.training))
-            if k < len(self.convs) - 1:
-                if self.norms is not None:
-                    h = self.norms[k](h)
-                h = torch.relu(h)
+                # the previous layer's ReLU runs fused with this layer's dropout
+                h = conv(keyed_dropout(h, graph.node_ids, key, p, self.training, relu=True))
+            if k < len(self.convs) - 1 and self.norms is not None:
+                h = self.norms[k](h)
         return h
 
 

@@ -33,6 +33,7 @@ from gnn_dist.metrics import MetricsWriter, peak_rss_bytes, summarise
 from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
 from gnn_dist.schedules import parse_schedule
 from gnn_dist.watchdog import NoWatchdog, Watchdog
+from kernels.native import native_module
 from partition.format import load_meta, load_part
 
 MODES = ("full",)
@@ -143,6 +144,7 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
         part = load_part(config.parts, ctx.rank, meta)
         if config.checkpoint_dir:
             _check_writable(config.checkpoint_dir, "--checkpoint-dir")
+        native_module()  # build (or load) the kernel now, not inside the first epoch the watchdog times
         metrics = MetricsWriter(config.metrics_out if ctx.is_root else None)
         return meta, part, metrics
 

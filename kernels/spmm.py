@@ -6,8 +6,10 @@ folded into its values. The backward is dX = A^T @ dY; A^T is built once when
 the operator is made, not per step. A's values are constants (the graph is
 not learnt), so no gradient flows to them.
 
-The dispatcher currently runs torch's sparse CSR kernels on every device;
-`dense_reference` is the independent definition the tests compare against.
+The dispatcher runs the native row-parallel kernel (kernels/native.py,
+compiled on first use) for float32/float64 CPU tensors, torch's sparse CSR
+kernels on CUDA and as the fallback; `dense_reference` is the independent
+definition the tests compare against.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from kernels.native import native_module
 
 
 @dataclass(frozen=True)
@@ -71,34 +75,43 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tu
 
 class _SpMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, op: SparseOperator, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, op: SparseOperator, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:  # type: ignore[override]
         ctx.op = op
-        return _matmul(op.matrix, x)
+        ctx.has_bias = bias is not None
+        return _matmul(op.matrix, x, bias)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        if not ctx.needs_input_grad[1]:
-            return None, None
-        return None, _matmul(ctx.op.transpose, grad_out)
+        grad_x = _matmul(ctx.op.transpose, grad_out) if ctx.needs_input_grad[1] else None
+        grad_bias = grad_out.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return None, grad_x, grad_bias
 
 
-def _matmul(matrix: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def _matmul(matrix: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     if matrix.shape[0] == 0 or matrix.shape[1] == 0 or x.shape[1] == 0:
-        return torch.zeros(matrix.shape[0], x.shape[1], dtype=x.dtype, device=x.device)
+        out = torch.zeros(matrix.shape[0], x.shape[1], dtype=x.dtype, device=x.device)
+        return out if bias is None else out + bias
     if matrix.dtype != x.dtype:
         matrix = matrix.to(x.dtype)
-    return torch.sparse.mm(matrix, x.contiguous())
+    x = x.contiguous()
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        native = native_module()
+        if native is not None:
+            return native.csr_spmm(matrix.crow_indices(), matrix.col_indices(), matrix.values(), x,
+                                   None if bias is None else bias.to(x.dtype).contiguous())
+    out = torch.sparse.mm(matrix, x)
+    return out if bias is None else out + bias
 
 
-def spmm(op: SparseOperator, x: torch.Tensor) -> torch.Tensor:
-    """Y = A @ X, differentiable in X.
+def spmm(op: SparseOperator, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Y = A @ X (+ bias, fused into the same pass), differentiable in X and bias.
 
     Shapes:
-        op: [n_rows, n_cols]; x: [n_cols, F] -> [n_rows, F]
+        op: [n_rows, n_cols]; x: [n_cols, F]; bias: [F] -> [n_rows, F]
     """
     if x.shape[0] != op.shape[1]:
         raise ValueError(f"spmm: operator has {op.shape[1]} columns but x has {x.shape[0]} rows")
-    return _SpMM.apply(op, x)
+    return _SpMM.apply(op, x, bias)
 
 
 def dense_reference(op: SparseOperator, x: torch.Tensor) -> torch.Tensor:

@@ -31,3 +31,25 @@ def test_keep_rate_and_scaling():
     out = keyed_dropout(x, ids, stream_key(0, 0, 0), 0.5, training=True)
     assert set(out.unique().tolist()) == {0.0, 2.0}
     assert keyed_dropout(x, ids, 1, 0.5, training=False) is x
+
+
+def test_native_and_torch_paths_draw_the_same_masks(monkeypatch):
+    import kernels.native as native
+    from gnn_dist import dropout
+
+    ids = torch.randperm(3000)
+    x = torch.randn(3000, 37, requires_grad=True)
+    key = stream_key(2, 5, 1)
+    outs = {}
+    for kernel in ("native", "torch"):
+        monkeypatch.setenv(native.KERNEL_ENV, kernel)
+        for relu in (False, True):
+            x.grad = None
+            out = dropout.keyed_dropout(x, ids, key, 0.3, training=True, relu=relu)
+            out.backward(torch.ones_like(out))
+            outs[kernel, relu] = (out.detach(), x.grad.clone())
+    for relu in (False, True):
+        assert torch.equal(outs["native", relu][0], outs["torch", relu][0])
+        assert torch.equal(outs["native", relu][1], outs["torch", relu][1])
+    expected = torch.relu(x.detach()) * keep_mask(ids, 37, key, 0.3) / 0.7
+    assert torch.allclose(outs["native", True][0], expected)

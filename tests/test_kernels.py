@@ -5,7 +5,17 @@ import numpy as np
 import pytest
 import torch
 
+import kernels.native as native
 from kernels.spmm import SparseOperator, spmm
+
+
+@pytest.fixture(params=["native", "torch"], autouse=True)
+def kernel(request, monkeypatch):
+    """Every test runs against the native kernel and the forced torch fallback."""
+    monkeypatch.setenv(native.KERNEL_ENV, request.param)
+    if request.param == "native":
+        native.native_module()  # builds once per machine; a failure here fails the test (env says native)
+    return request.param
 
 
 def random_operator(n_rows, n_cols, density, dtype, seed, empty_rows=()):
@@ -64,7 +74,54 @@ def test_from_csr_with_unsorted_columns():
 def test_gradcheck():
     op, _ = random_operator(8, 11, 0.4, torch.float64, seed=3)
     x = torch.randn(11, 3, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: spmm(op, t), (x,))
+    assert torch.autograd.gradcheck(lambda t, b: spmm(op, t, b), (x, bias))
+
+
+@pytest.mark.parametrize("width", [1, 3, 8, 17, 33])
+def test_fused_bias_matches_dense(width):
+    op, dense = random_operator(30, 40, 0.2, torch.float32, seed=width, empty_rows=(3, 4))
+    x = torch.randn(40, width)
+    bias = torch.randn(width)
+    assert torch.allclose(spmm(op, x, bias), dense @ x + bias, atol=1e-5)
+
+
+def test_fallback_warns_once_when_the_build_fails(monkeypatch):
+    import torch.utils.cpp_extension as cpp
+
+    monkeypatch.setenv(native.KERNEL_ENV, "auto")
+    monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setattr(native, "_failed", None)
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(cpp, "load", no_compiler)
+    op, dense = random_operator(10, 10, 0.3, torch.float32, seed=9)
+    x = torch.randn(10, 4)
+    with pytest.warns(UserWarning, match="native CSR kernel unavailable"):
+        out = spmm(op, x)
+    assert torch.allclose(out, dense @ x, atol=1e-5)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spmm(op, x)  # no second warning
+    monkeypatch.setenv(native.KERNEL_ENV, "native")
+    with pytest.raises(RuntimeError, match="could not be built"):
+        spmm(op, x)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_cuda_path_matches_dense():
+    op, dense = random_operator(50, 60, 0.2, torch.float32, seed=5)
+    cuda_op = SparseOperator(op.matrix.cuda(), op.transpose.cuda())
+    x = torch.randn(60, 16, device="cuda", requires_grad=True)
+    y = spmm(cuda_op, x)
+    assert torch.allclose(y.cpu(), dense @ x.detach().cpu(), atol=1e-4)
+    y.sum().backward()
+    assert torch.allclose(x.grad.cpu(), dense.t() @ torch.ones(50, 16), atol=1e-4)
 
 
 def test_shape_mismatch_is_an_error():

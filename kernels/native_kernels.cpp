@@ -1,0 +1,107 @@
+// Native CPU kernels of gnn-dist, built on first use by kernels/native.py.
+//
+// 1. Row-parallel CSR SpMM: Y[i, :] = sum_k val[k] * X[col[k], :] (+ bias), for the local
+// [owned | halo] operator and its transpose. Rows are split across torch's intra-op
+// threads (at::parallel_for honours torch.set_num_threads, i.e. --threads); the inner
+// loop runs over the contiguous feature dimension so the compiler vectorises it.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+template <typename scalar_t>
+static void spmm_rows(const int64_t* crow, const int64_t* col, const scalar_t* val, const scalar_t* x,
+                      const scalar_t* bias, scalar_t* y, int64_t begin, int64_t end, int64_t width) {
+  for (int64_t i = begin; i < end; ++i) {
+    scalar_t* __restrict__ out = y + i * width;
+    if (bias != nullptr) {
+      for (int64_t f = 0; f < width; ++f) out[f] = bias[f];
+    } else {
+      for (int64_t f = 0; f < width; ++f) out[f] = scalar_t(0);
+    }
+    const int64_t stop = crow[i + 1];
+    int64_t k = crow[i];
+    // Two neighbours per pass halves the loads and stores of the output row.
+    for (; k + 1 < stop; k += 2) {
+      const scalar_t a = val[k], b = val[k + 1];
+      const scalar_t* __restrict__ xa = x + col[k] * width;
+      const scalar_t* __restrict__ xb = x + col[k + 1] * width;
+      for (int64_t f = 0; f < width; ++f) out[f] += a * xa[f] + b * xb[f];
+    }
+    if (k < stop) {
+      const scalar_t a = val[k];
+      const scalar_t* __restrict__ xa = x + col[k] * width;
+      for (int64_t f = 0; f < width; ++f) out[f] += a * xa[f];
+    }
+  }
+}
+
+torch::Tensor csr_spmm(torch::Tensor crow, torch::Tensor col, torch::Tensor val, torch::Tensor x,
+                       c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be a contiguous matrix");
+  TORCH_CHECK(crow.scalar_type() == torch::kInt64 && col.scalar_type() == torch::kInt64, "indices must be int64");
+  TORCH_CHECK(val.scalar_type() == x.scalar_type(), "values and x must share a dtype");
+  const int64_t rows = crow.size(0) - 1;
+  const int64_t width = x.size(1);
+  auto y = torch::empty({rows, width}, x.options());
+  if (rows == 0 || width == 0) return y;
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "csr_spmm", [&] {
+    const int64_t* crow_p = crow.data_ptr<int64_t>();
+    const int64_t* col_p = col.data_ptr<int64_t>();
+    const scalar_t* val_p = val.data_ptr<scalar_t>();
+    const scalar_t* x_p = x.data_ptr<scalar_t>();
+    const scalar_t* bias_p = bias.has_value() ? bias->data_ptr<scalar_t>() : nullptr;
+    scalar_t* y_p = y.data_ptr<scalar_t>();
+    // Grain: enough rows that a chunk is worth a task; row costs vary with degree.
+    at::parallel_for(0, rows, 256, [&](int64_t begin, int64_t end) {
+      spmm_rows<scalar_t>(crow_p, col_p, val_p, x_p, bias_p, y_p, begin, end, width);
+    });
+  });
+  return y;
+}
+
+// 2. Keyed dropout (optionally fused with the ReLU before it) in one pass over memory.
+// The mask word of element (i, c) is lowbias32(row_hash[i] ^ col_hash[c]), exactly the
+// hash of gnn_dist/dropout.py, so masks do not depend on which kernel ran. Returns the
+// output and the uint8 mask of kept (and, with relu, positive) elements for the backward.
+static inline uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  x ^= x >> 16;
+  return x;
+}
+
+std::vector<torch::Tensor> keyed_dropout(torch::Tensor x, torch::Tensor row_hash, torch::Tensor col_hash,
+                                         int64_t threshold, double scale, bool relu) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32, "x: contiguous float32 matrix");
+  TORCH_CHECK(row_hash.scalar_type() == torch::kInt32 && col_hash.scalar_type() == torch::kInt32, "hashes: int32");
+  const int64_t rows = x.size(0), width = x.size(1);
+  auto out = torch::empty_like(x);
+  auto mask = torch::empty({rows, width}, x.options().dtype(torch::kUInt8));
+  const float* x_p = x.data_ptr<float>();
+  const uint32_t* rh = reinterpret_cast<const uint32_t*>(row_hash.data_ptr<int32_t>());
+  const uint32_t* ch = reinterpret_cast<const uint32_t*>(col_hash.data_ptr<int32_t>());
+  float* o_p = out.data_ptr<float>();
+  uint8_t* m_p = mask.data_ptr<uint8_t>();
+  const int32_t thr = static_cast<int32_t>(threshold);
+  const float s = static_cast<float>(scale);
+  at::parallel_for(0, rows, 512, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint32_t r = rh[i];
+      const float* xi = x_p + i * width;
+      float* oi = o_p + i * width;
+      uint8_t* mi = m_p + i * width;
+      for (int64_t c = 0; c < width; ++c) {
+        const bool keep = static_cast<int32_t>(mix32(r ^ ch[c])) >= thr && (!relu || xi[c] > 0.0f);
+        mi[c] = keep;
+        oi[c] = keep ? xi[c] * s : 0.0f;
+      }
+    }
+  });
+  return {out, mask};
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("csr_spmm", &csr_spmm, "CSR sparse x dense (+ bias)");
+  m.def("keyed_dropout", &keyed_dropout, "keyed dropout, optionally fused with the preceding ReLU");
+}
