@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--checkpoint-every", type=int, default=10, help="epochs between checkpoints")
     t.add_argument("--keep-checkpoints", type=int, default=3, help="complete checkpoints to keep")
     t.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    t.add_argument("--fanouts", default="10,10", help="sampled mode: neighbours per layer, outermost last")
+    t.add_argument("--batch-size", type=int, default=1024, help="sampled mode: seeds per rank per step")
+    t.add_argument("--sampling", default="remote", choices=["remote", "local"],
+                   help="sampled mode: sample across the whole graph, or only inside the part and its halo")
+    t.add_argument("--feature-cache-mb", type=float, default=0.0,
+                   help="sampled mode: static cache of remote features (MB per rank), filled by a counting pass")
     t.add_argument("--predictions-out", default=None, help=".npy of every node's predicted class (rank 0 writes)")
     t.add_argument("--timeout", type=float, default=600.0,
                    help="abort the job when a rank makes no progress for this many seconds (0: never)")
@@ -132,8 +138,13 @@ def cmd_inspect(args) -> int:
 
 def train_config_from_args(args):
     from gnn_dist.model import ModelConfig
+    from gnn_dist.sampled import SampledConfig
     from gnn_dist.trainer import TrainConfig
 
+    try:
+        fanouts = tuple(int(v) for v in args.fanouts.split(","))
+    except ValueError:
+        fanouts = (-1,)  # reported by SampledConfig.validate as not positive integers
     return TrainConfig(
         parts=args.parts,
         model=ModelConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers, dropout=args.dropout,
@@ -143,6 +154,8 @@ def train_config_from_args(args):
         metrics_out=args.metrics_out, progress=not args.no_progress, checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, resume=args.resume,
         timeout=args.timeout, predictions_out=args.predictions_out,
+        sampled=SampledConfig(fanouts=fanouts, batch_size=args.batch_size, sampling=args.sampling,
+                              feature_cache_mb=args.feature_cache_mb),
     )
 
 

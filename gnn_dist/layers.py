@@ -71,6 +71,12 @@ class DistGCNConv(nn.Module):
             full = x_full @ self.weight.t()
         return spmm(self.operator, full, self.bias)
 
+    def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator) -> torch.Tensor:
+        """One sampled block: block_op [n_dst, n_src] already holds the self loops and normalisation."""
+        if self.aggregate_first:
+            return torch.addmm(self.bias, spmm(block_op, h_src), self.weight.t())
+        return spmm(block_op, h_src @ self.weight.t(), self.bias)
+
 
 class DistSAGEConv(nn.Module):
     """PyG's SAGEConv (mean aggregator, root weight): out = W_l mean_{j in N(i)} x_j + b + W_r x_i.
@@ -103,6 +109,13 @@ class DistSAGEConv(nn.Module):
         else:
             full = x_full @ self.lin_l.weight.t()
         return spmm(self.operator, full, self.lin_l.bias) + root
+
+    def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator) -> torch.Tensor:
+        """One sampled block: mean over the sampled neighbours (block_op [n_dst, n_src]) plus the root term."""
+        root = self.lin_r(h_src[:block_op.shape[0]])
+        if self.aggregate_first:
+            return self.lin_l(spmm(block_op, h_src)) + root
+        return spmm(block_op, h_src @ self.lin_l.weight.t(), self.lin_l.bias) + root
 
 
 class DistBatchNorm(nn.Module):

@@ -135,6 +135,24 @@ class DistGNN(nn.Module):
         return h
 
 
+def forward_blocks(model: DistGNN, x_src: torch.Tensor, operators: list, generator: torch.Generator | None) -> torch.Tensor:
+    """Sampled mini-batch forward: operators[k] is layer k's block, outermost first.
+
+    Shapes:
+        x_src: [n_nodes of the outermost level, F] -> logits [n_seeds, C]
+    """
+    h = x_src
+    p = model.config.dropout
+    for k, (conv, op) in enumerate(zip(model.convs, operators)):
+        if k > 0:
+            h = torch.relu(h)
+        if model.training and p > 0:
+            keep = torch.rand(h.shape, generator=generator) >= p
+            h = h * keep / (1 - p)
+        h = conv.forward_block(h, op)
+    return h
+
+
 def exchanged_widths(config: ModelConfig, in_dim: int, out_dim: int) -> list[int]:
     """Width of the rows each layer puts on the wire per direction (0 for the first: cached inputs)."""
     widths = []

@@ -31,12 +31,13 @@ from gnn_dist.context import RankContext, SetupError
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.metrics import MetricsWriter, peak_rss_bytes, summarise
 from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
+from gnn_dist.sampled import SampledConfig, SampledRun
 from gnn_dist.schedules import parse_schedule
 from gnn_dist.watchdog import NoWatchdog, Watchdog
 from kernels.native import native_module
 from partition.format import load_meta, load_part
 
-MODES = ("full",)
+MODES = ("full", "sampled")
 FAIL_AT_ENV = "GNN_DIST_FAIL_AT"  # "RANK:EPOCH[:hang]": raise (or hang) on that rank at that epoch (failure tests)
 
 
@@ -65,11 +66,19 @@ class TrainConfig:
     resume: bool = False
     timeout: float = 600.0  # seconds without progress before the watchdog aborts the job; 0 disables
     predictions_out: str | None = None  # .npy of every node's predicted class, by original id (rank 0 writes)
+    sampled: SampledConfig = field(default_factory=SampledConfig)  # used with mode="sampled"
 
     def validate(self) -> None:
         self.model.validate()
         if self.mode not in MODES:
-            raise ValueError(f"--mode {self.mode!r} is not available in this version: use --mode full")
+            raise ValueError(f"bad --mode {self.mode!r}: use --mode full or --mode sampled")
+        if self.mode == "sampled":
+            self.sampled.validate(self.model.num_layers)
+            if self.model.batch_norm:
+                raise ValueError("--batch-norm is for --mode full; sampled mini-batches train without it")
+            if self.schedule != "exact" or self.halo_dtype != "fp32":
+                raise ValueError("--schedule and --halo-dtype shape full-batch halo traffic: use them with --mode "
+                                 "full (sampled mode fetches exact fp32 features)")
         parse_schedule(self.schedule)
         if self.halo_dtype not in HALO_DTYPES:
             raise ValueError(f"bad --halo-dtype {self.halo_dtype!r}: valid: {', '.join(HALO_DTYPES)}")
@@ -113,6 +122,8 @@ class RankState:
     watchdog: object
     start_epoch: int = 0
     records: list = dataclasses.field(default_factory=list)
+    sampled_run: object = None
+    flat_sampled: torch.Tensor | None = None
 
 
 def _agree_on_setup(ctx: RankContext, build) -> object:
@@ -170,6 +181,10 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
     state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, flat, metrics,
                       meta.dataset, setup_halo_bytes, meta.partition_id, watchdog)
+    if config.mode == "sampled":
+        watchdog.beat("set-up: sampler and feature cache")
+        state.flat_sampled = torch.zeros(flat.numel() + 1)
+        state.sampled_run = SampledRun(state, part, config.sampled)
     if config.resume:
         watchdog.beat("set-up: loading the checkpoint")
         restored = _agree_on_setup(ctx, lambda: load_checkpoint(state, config.checkpoint_dir))
@@ -288,6 +303,21 @@ def accuracies(ctx: RankContext, logits: torch.Tensor, graph: LocalGraph) -> dic
             for i, name in enumerate(("train_acc", "val_acc", "test_acc"))}
 
 
+def _sampled_metrics(ctx: RankContext, sampled: dict, epoch_s: float) -> dict:
+    """Per-epoch figures of sampled training: traffic summed over ranks, times of the slowest rank."""
+    sums = _sum_over_ranks(ctx, [sampled["sample_bytes"], sampled["feature_bytes"], sampled["cache_hits"],
+                                 sampled["cache_misses"], sampled["halo_hits"]])
+    slowest = _max_over_ranks(ctx, [sampled["sample_s"], sampled["fetch_s"], sampled["compute_s"]])
+    sample_bytes, feature_bytes, hits, misses, halo_hits = (int(v) for v in sums)
+    return {
+        "halo_bytes": sample_bytes + feature_bytes, "sample_bytes": sample_bytes, "feature_bytes": feature_bytes,
+        "cache_hits": hits, "cache_misses": misses, "halo_hits": halo_hits,
+        "cache_hit_rate": hits / (hits + misses) if hits + misses else 1.0,
+        "seeds": sampled["seeds"], "seeds_per_s": sampled["seeds"] / epoch_s if epoch_s else 0.0,
+        "sample_s": slowest[0], "fetch_s": slowest[1], "compute_s": slowest[2],
+    }
+
+
 def _maybe_inject_failure(rank: int, epoch: int) -> None:
     spec = os.environ.get(FAIL_AT_ENV)
     if spec:
@@ -317,7 +347,12 @@ def run_epochs(state: RankState) -> list[dict]:
         counters.reset()
         beat(f"epoch {epoch}: training step")
         start = time.perf_counter()
-        loss = train_step(state, epoch)
+        sampled = None
+        if state.sampled_run is not None:
+            sampled = state.sampled_run.train_epoch(epoch)
+            loss = sampled["loss"]
+        else:
+            loss = train_step(state, epoch)
         epoch_s = time.perf_counter() - start
         train_traffic = (counters.halo_bytes, counters.halo_rows, counters.allreduce_bytes, counters.comm_s,
                          counters.halo_rows_skipped)
@@ -337,6 +372,8 @@ def run_epochs(state: RankState) -> list[dict]:
             "eval_halo_bytes": int(eval_halo_bytes),
             "allreduce_bytes": int(allreduce_bytes),
         }
+        if sampled is not None:
+            record.update(_sampled_metrics(ctx, sampled, epoch_s))
         records.append(record)
         state.metrics.write(record)
         if config.checkpoint_dir and (epoch + 1) % config.checkpoint_every == 0:

@@ -1,0 +1,258 @@
+"""Distributed neighbour sampling and the remote-feature store of sampled training.
+
+Node names: every rank speaks in *global* ids (the partition's contiguous
+numbering: part k owns [partptr[k], partptr[k+1])), so the owner of any node
+is one searchsorted away. Samples are drawn by the node's owner, which knows
+its neighbours' original ids.
+
+Uniform sampling without replacement, independent of who asks and of P: for
+target v and candidate neighbour u, score = hash(key, orig(v), orig(u)) and
+the k smallest scores win. The k smallest of i.i.d. uniform scores are a
+uniform k-subset, and the scores depend only on the key (seed, epoch, step,
+hop) and original ids, never on the local order of a CSR row.
+
+Blocks are DGL-style: hop h samples fresh neighbours for every node of level
+h-1 (seeds at level 0); level h lists level h-1's nodes first, then the new
+ones, so a layer's targets are a prefix of its sources.
+
+`--sampling local` samples only inside the rank's part: a frontier node owned
+elsewhere (a halo node) gets no neighbours of its own, and nodes beyond the
+halo never appear. That sends no sampling requests and fetches no features
+beyond the cached halo, and it biases the estimate: boundary nodes aggregate
+over truncated neighbourhoods at the deeper hops (more so with more parts).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from gnn_dist.comm import Comm
+from partition.format import PartData
+
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    x = x + _M1
+    x = (x ^ (x >> np.uint64(30))) * _M2
+    x = (x ^ (x >> np.uint64(27))) * _M3
+    return x ^ (x >> np.uint64(31))
+
+
+def sample_key(seed: int, epoch: int, step: int, hop: int) -> np.uint64:
+    with np.errstate(over="ignore"):
+        key = _splitmix(np.array([seed], dtype=np.uint64))
+        for value in (epoch, step, hop):
+            key = _splitmix(key ^ np.uint64(value))
+    return key[0]
+
+
+def edge_scores(key: np.uint64, target_orig: np.ndarray, source_orig: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return _splitmix(_splitmix(target_orig.astype(np.uint64) ^ key) ^ source_orig.astype(np.uint64))
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(start, start + length) for each pair."""
+    total = int(lengths.sum())
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)
+
+
+@dataclass
+class SamplingCounters:
+    sample_bytes: int = 0
+    feature_bytes: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    halo_hits: int = 0
+    sample_s: float = 0.0
+    fetch_s: float = 0.0
+
+    def reset(self) -> None:
+        self.sample_bytes = self.feature_bytes = self.cache_hits = self.cache_misses = self.halo_hits = 0
+        self.sample_s = self.fetch_s = 0.0
+
+
+@dataclass
+class Block:
+    """Sampled edges from level h nodes (sources) to level h-1 nodes (targets, a prefix)."""
+
+    dst: torch.Tensor  # int64 [E]: target position in level h-1
+    src: torch.Tensor  # int64 [E]: source position in level h
+    n_dst: int
+    n_src: int
+
+
+@dataclass
+class DistributedSampler:
+    comm: Comm
+    part: PartData
+    fanouts: list[int]
+    seed: int
+    local_only: bool = False
+    counters: SamplingCounters = field(default_factory=SamplingCounters)
+
+    def __post_init__(self):
+        meta = self.part.meta
+        self.partptr = np.asarray(meta.partptr, dtype=np.int64)
+        self.rank = self.part.part_id
+        self.first = int(self.partptr[self.rank])
+        part = self.part
+        owner = part.halo_owner.astype(np.int64)
+        self.local_to_global = np.concatenate([
+            self.first + np.arange(part.n_owned, dtype=np.int64),
+            self.partptr[owner] + part.halo_index_on_owner])
+        self.local_orig = np.concatenate([part.node_ids, part.halo_ids])
+
+    def owner_of(self, global_ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.partptr, global_ids, side="right") - 1
+
+    def sample_owned(self, local_rows: np.ndarray, fanout: int, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+        """(count per row, neighbours' global ids grouped by row) for owned rows, sampled here."""
+        indptr, indices = self.part.indptr, self.part.indices
+        starts = indptr[local_rows]
+        degrees = indptr[local_rows + 1] - starts
+        total = int(degrees.sum())
+        if total == 0:
+            return np.zeros(len(local_rows), dtype=np.int64), np.zeros(0, dtype=np.int64)
+        row_of = np.repeat(np.arange(len(local_rows), dtype=np.int64), degrees)
+        offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(degrees) - degrees, degrees)
+        neighbours = indices[np.repeat(starts, degrees) + offsets]
+        scores = edge_scores(key, self.part.node_ids[local_rows][row_of], self.local_orig[neighbours])
+        order = np.lexsort((scores, row_of))
+        rank_in_row = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(degrees) - degrees, degrees)
+        keep = order[rank_in_row < fanout]  # order is grouped by row, so positions line up with rank_in_row
+        counts = np.minimum(degrees, fanout)
+        return counts, self.local_to_global[neighbours[keep]]
+
+    def _exchange_ints(self, send: np.ndarray, send_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Variable-length int64 messages to every peer: (received values, counts per peer)."""
+        size = self.comm.size
+        counts_tensor = torch.from_numpy(np.ascontiguousarray(send_counts, dtype=np.int64)).reshape(size, 1)
+        recv_counts_tensor = torch.empty_like(counts_tensor)
+        ones = np.ones(size, dtype=np.int64)
+        self.counters.sample_bytes += self.comm.alltoallv(counts_tensor, ones, recv_counts_tensor, ones)
+        recv_counts = recv_counts_tensor.numpy().reshape(-1).copy()
+        recv = torch.empty(int(recv_counts.sum()), 1, dtype=torch.int64)
+        payload = torch.from_numpy(np.ascontiguousarray(send, dtype=np.int64)).reshape(-1, 1)
+        self.counters.sample_bytes += self.comm.alltoallv(payload, send_counts, recv, recv_counts)
+        return recv.numpy().reshape(-1).copy(), recv_counts
+
+    def sample_hop(self, frontier: np.ndarray, fanout: int, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+        """Sample for every frontier node (global ids). Returns (count per frontier node, sources grouped)."""
+        owners = self.owner_of(frontier)
+        counts = np.zeros(len(frontier), dtype=np.int64)
+        mine = np.flatnonzero(owners == self.rank)
+        own_counts, own_sources = self.sample_owned(frontier[mine] - self.first, fanout, key)
+        counts[mine] = own_counts
+        remote = np.zeros(0, dtype=np.int64)
+        got_sources = np.zeros(0, dtype=np.int64)
+        if not self.local_only:
+            remote = np.flatnonzero(owners != self.rank)
+            remote = remote[np.argsort(owners[remote], kind="stable")]
+            request_counts = np.bincount(owners[remote], minlength=self.comm.size)
+            asked, asked_counts = self._exchange_ints(frontier[remote], request_counts)
+            answer_counts, answer_sources = self.sample_owned(asked - self.first, fanout, key)
+            asker = np.repeat(np.arange(self.comm.size), asked_counts)
+            sources_per_peer = np.bincount(asker, weights=answer_counts, minlength=self.comm.size).astype(np.int64)
+            got_counts, _ = self._exchange_ints(answer_counts, asked_counts)
+            got_sources, _ = self._exchange_ints(answer_sources, sources_per_peer)
+            counts[remote] = got_counts
+        # lay both groups out in frontier order
+        offsets = np.cumsum(counts) - counts
+        sources = np.empty(int(counts.sum()), dtype=np.int64)
+        sources[_ranges(offsets[mine], counts[mine])] = own_sources
+        sources[_ranges(offsets[remote], counts[remote])] = got_sources
+        return counts, sources
+
+    def sample(self, seeds_global: np.ndarray, epoch: int, step: int) -> tuple[np.ndarray, list[Block]]:
+        """All levels' nodes (global ids, level L last) and the blocks, hop 1 first."""
+        start = time.perf_counter()
+        nodes = np.asarray(seeds_global, dtype=np.int64)
+        blocks = []
+        for hop, fanout in enumerate(self.fanouts):
+            counts, sources = self.sample_hop(nodes, fanout, sample_key(self.seed, epoch, step, hop))
+            dst = np.repeat(np.arange(len(nodes), dtype=np.int64), counts)
+            new = np.setdiff1d(sources, nodes)  # sorted, unique
+            level = np.concatenate([nodes, new])
+            order = np.argsort(level, kind="stable")
+            src = order[np.searchsorted(level[order], sources)]
+            blocks.append(Block(torch.from_numpy(dst), torch.from_numpy(src), len(nodes), len(level)))
+            nodes = level
+        self.counters.sample_s += time.perf_counter() - start
+        return nodes, blocks
+
+
+@dataclass
+class FeatureStore:
+    """Features of any node by global id: owned, cached halo, a static cache of other remote nodes, or fetched."""
+
+    comm: Comm
+    sampler: DistributedSampler
+    x_full: torch.Tensor  # [owned | halo] input features
+    cache_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # sorted global ids
+    cache_rows: torch.Tensor | None = None
+
+    def __post_init__(self):
+        local_global = self.sampler.local_to_global
+        self.known_order = np.argsort(local_global)
+        self.known_sorted = local_global[self.known_order]
+
+    def _lookup(self, ids_sorted: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if len(ids_sorted) == 0:
+            return np.zeros(len(queries), dtype=bool), np.zeros(len(queries), dtype=np.int64)
+        pos = np.minimum(np.searchsorted(ids_sorted, queries), len(ids_sorted) - 1)
+        return ids_sorted[pos] == queries, pos
+
+    def gather(self, nodes: np.ndarray) -> torch.Tensor:
+        """Features of `nodes` (global ids). Collective when fetching (every rank calls it once per step)."""
+        start = time.perf_counter()
+        counters = self.sampler.counters
+        out = torch.empty(len(nodes), self.x_full.shape[1])
+        local_hit, pos = self._lookup(self.known_sorted, nodes)
+        out[torch.from_numpy(np.flatnonzero(local_hit))] = self.x_full[torch.from_numpy(self.known_order[pos[local_hit]])]
+        owned = local_hit & (self.sampler.owner_of(nodes) == self.sampler.rank)
+        counters.halo_hits += int(local_hit.sum() - owned.sum())
+        rest = np.flatnonzero(~local_hit)
+        cache_hit, cache_pos = self._lookup(self.cache_ids, nodes[rest])
+        if cache_hit.any():
+            out[torch.from_numpy(rest[cache_hit])] = self.cache_rows[torch.from_numpy(cache_pos[cache_hit])]
+        counters.cache_hits += int(cache_hit.sum())
+        missing = rest[~cache_hit]
+        counters.cache_misses += len(missing)
+        if not self.sampler.local_only:
+            out[torch.from_numpy(missing)] = self.fetch(nodes[missing])
+        counters.fetch_s += time.perf_counter() - start
+        return out
+
+    def fetch(self, global_ids: np.ndarray) -> torch.Tensor:
+        """Rows of remote nodes from their owners: one request and one reply round (collective)."""
+        sampler = self.sampler
+        owners = sampler.owner_of(global_ids)
+        order = np.argsort(owners, kind="stable")
+        counts = np.bincount(owners, minlength=self.comm.size) if len(owners) else np.zeros(self.comm.size, np.int64)
+        asked, asked_counts = sampler._exchange_ints(global_ids[order], counts)
+        reply = self.x_full[torch.from_numpy(asked - sampler.first)] if len(asked) else \
+            torch.zeros(0, self.x_full.shape[1])
+        received = torch.empty(len(global_ids), self.x_full.shape[1])
+        sampler.counters.feature_bytes += self.comm.alltoallv(reply.contiguous(), asked_counts, received, counts)
+        out = torch.empty_like(received)
+        out[torch.from_numpy(order)] = received
+        return out
+
+    def fill_cache(self, ids: np.ndarray, hits: np.ndarray, budget_bytes: int) -> None:
+        """Cache the features of the remote nodes counted most often (ties: lower id), up to the budget.
+
+        Collective: every rank calls it once (the rows are fetched in one round).
+        """
+        row_bytes = self.x_full.shape[1] * self.x_full.element_size()
+        capacity = budget_bytes // row_bytes if row_bytes else 0
+        chosen = ids[np.lexsort((ids, -hits))][:capacity] if capacity else np.zeros(0, dtype=np.int64)
+        chosen = np.sort(chosen)
+        rows = self.fetch(chosen)
+        self.cache_ids, self.cache_rows = chosen, rows
