@@ -1,0 +1,72 @@
+"""SpMM effective bandwidth against this machine's copy bandwidth, native kernel and torch's, in one run.
+
+    python -m benchmarks.spmm_bench --dataset synthetic:arxiv --widths 40,128,256
+
+Compulsory bytes of Y = A X: the CSR (8-byte column index and 4-byte value
+per non-zero, 8-byte row pointers), X read once, Y written once. Copy
+bandwidth: bytes read plus written by a large tensor copy. One thread.
+Target (issue 8): native effective bandwidth >= 50% of copy bandwidth.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+
+
+def timed(fn, repeats: int) -> float:
+    fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="synthetic:arxiv")
+    parser.add_argument("--widths", default="40,128,256")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    os.environ.setdefault("GNN_DIST_KERNEL", "auto")
+    from kernels.native import native_module
+    from kernels.spmm import SparseOperator
+    from partition.datasets import load_dataset
+
+    graph = load_dataset(args.dataset)
+    n = graph.num_nodes
+    src, dst = graph.edge_index
+    deg = np.bincount(dst, minlength=n).astype(np.float32) + 1
+    rows = np.concatenate([dst, np.arange(n)])
+    cols = np.concatenate([src, np.arange(n)])
+    values = (1 / np.sqrt(deg[rows] * deg[cols])).astype(np.float32)
+    op = SparseOperator.from_coo(torch.from_numpy(rows), torch.from_numpy(cols), torch.from_numpy(values), (n, n))
+    A = op.matrix
+    native = native_module()
+    big = torch.randn(64 * 2**20 // 4)
+    copy_bw = 2 * big.numel() * 4 / timed(lambda: big.clone(), args.repeats)
+    print(f"{args.dataset}: {n:,} rows, {op.nnz:,} non-zeros; copy bandwidth {copy_bw / 1e9:.1f} GB/s (1 thread)\n")
+    print("| width | kernel | ms | effective GB/s | vs copy |")
+    print("|---|---|---|---|---|")
+    for width in (int(w) for w in args.widths.split(",")):
+        x = torch.randn(n, width)
+        compulsory = op.nnz * 12 + (n + 1) * 8 + 2 * n * width * 4
+        kernels = [("torch sparse", lambda: torch.sparse.mm(A, x))]
+        if native is not None:
+            kernels.insert(0, ("native", lambda: native.csr_spmm(A.crow_indices(), A.col_indices(), A.values(), x,
+                                                                 None)))
+        for name, fn in kernels:
+            seconds = timed(fn, args.repeats)
+            bw = compulsory / seconds
+            print(f"| {width} | {name} | {seconds * 1e3:.0f} | {bw / 1e9:.1f} | {100 * bw / copy_bw:.0f}% |")
+
+
+if __name__ == "__main__":
+    main()
