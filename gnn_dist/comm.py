@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -141,6 +142,8 @@ class MPIComm(Comm):
     def abort(self, code=1) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
+        # Give the launcher a moment to forward the error line before it tears the job down.
+        time.sleep(0.5)
         self.comm.Abort(code)
 
 

@@ -53,6 +53,11 @@ class Graph:
             raise DatasetError(f"dataset {self.name!r} has no nodes: a graph needs at least one node")
         if self.x.ndim != 2 or self.x.dtype != np.float32:
             raise DatasetError(f"dataset {self.name!r}: x must be float32 [N, F], got {self.x.dtype} {self.x.shape}")
+        bad = ~np.isfinite(self.x)
+        if bad.any():
+            node, column = np.argwhere(bad)[0]
+            raise DatasetError(f"dataset {self.name!r}: x has {int(bad.sum())} NaN or infinite values (first at node "
+                               f"{node}, column {column}): clean or impute the features before partitioning")
         if self.y.shape != (n,) or self.y.dtype != np.int64:
             raise DatasetError(f"dataset {self.name!r}: y must be int64 [{n}], got {self.y.dtype} {self.y.shape}")
         for mask_name in ("train_mask", "val_mask", "test_mask"):
