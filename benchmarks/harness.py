@@ -18,13 +18,14 @@ import argparse
 import csv
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from benchmarks.common import machine, mpiexec
 
 # Published OGB leaderboard test accuracies (mean over 10 runs) of the reference full-batch models.
 OGB_REFERENCE = {
@@ -91,16 +92,10 @@ def plan_runs(config: BenchConfig) -> list[Run]:
 
 
 def environment() -> dict:
-    import torch
     import torch_geometric
 
-    info = {"cpu": "unknown", "cores": os.cpu_count(), "memory_bytes": None, "python": platform.python_version(),
-            "torch": torch.__version__, "torch_geometric": torch_geometric.__version__}
+    info = {**machine(), "memory_bytes": None, "torch_geometric": torch_geometric.__version__}
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal"):
                 info["memory_bytes"] = int(line.split()[1]) * 1024
@@ -122,11 +117,6 @@ def environment() -> dict:
     except OSError:
         info["git_commit"] = "unknown"
     return info
-
-
-def _mpiexec() -> str:
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else "mpiexec"
 
 
 def _tail(text: str, lines: int = 15) -> str:
@@ -178,7 +168,7 @@ def run_ours(config: BenchConfig, run: Run) -> dict:
         return {**row, "status": "failed", "error": f"partition: {err}", "wall_s": time.perf_counter() - start}
     metrics = out / "metrics.jsonl"
     predictions = out / "predictions.npy"
-    cmd = [_mpiexec(), "-n", str(run.parts), sys.executable, "-m", "gnn_dist", "train", "--parts", str(parts),
+    cmd = [mpiexec(), "-n", str(run.parts), sys.executable, "-m", "gnn_dist", "train", "--parts", str(parts),
            "--mode", run.mode, "--schedule", run.schedule, "--halo-dtype", run.halo_dtype, "--model", run.model,
            "--seed", str(run.seed), "--epochs", str(config.epochs), "--hidden", str(config.hidden),
            "--num-layers", str(config.num_layers), "--dropout", str(config.dropout), "--lr", str(config.lr),
@@ -330,18 +320,24 @@ def plots(rows: list[dict], out: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for key in sorted({(r["dataset"], r["mode"], r["model"]) for r in ok}):
-        points = sorted({r["parts"] for r in ok if (r["dataset"], r["mode"], r["model"]) == key})
-        times = [_mean(r["epoch_s_median"] for r in ok if (r["dataset"], r["mode"], r["model"]) == key
-                       and r["parts"] == p and r["schedule"] == "exact") for p in points]
-        ax.plot(points, times, marker="o", label=" ".join(map(str, key)))
-    ax.set_xlabel("ranks (P)")
-    ax.set_ylabel("s / epoch")
-    ax.set_title("Epoch time against P")
-    if ax.lines:
-        ax.legend(fontsize=7)
-    save(fig, "epoch_time_vs_parts.png")
+    def against_parts(runs, group, value, ylabel: str, title: str, name: str) -> None:
+        """One line per group of runs: the mean of `value` at each P."""
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for key in sorted({group(r) for r in runs}):
+            mine = [r for r in runs if group(r) == key]
+            points = sorted({r["parts"] for r in mine})
+            ax.plot(points, [_mean(value(r) for r in mine if r["parts"] == p) for p in points], marker="o",
+                    label=" ".join(map(str, key)))
+        ax.set_xlabel("ranks (P)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        if ax.lines:
+            ax.legend(fontsize=7)
+        save(fig, name)
+
+    against_parts([r for r in ok if r["schedule"] == "exact"], lambda r: (r["dataset"], r["mode"], r["model"]),
+                  lambda r: r["epoch_s_median"], "s / epoch", "Epoch time against P (exact schedule)",
+                  "epoch_time_vs_parts.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     labels = sorted({(r["schedule"], r["halo_dtype"]) for r in ok if r["mode"] == "full"})
@@ -361,18 +357,8 @@ def plots(rows: list[dict], out: Path) -> list[Path]:
     ax.set_title("Accuracy against bytes")
     save(fig, "accuracy_vs_bytes.png")
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for key in sorted({(r["dataset"], r["model"]) for r in ok}):
-        points = sorted({r["parts"] for r in ok if (r["dataset"], r["model"]) == key})
-        rss = [_mean(r["peak_rss_bytes"] / 2**30 for r in ok if (r["dataset"], r["model"]) == key
-                     and r["parts"] == p) for p in points]
-        ax.plot(points, rss, marker="o", label=" ".join(key))
-    ax.set_xlabel("ranks (P)")
-    ax.set_ylabel("peak RSS per rank (GiB)")
-    ax.set_title("Peak memory per rank")
-    if ax.lines:
-        ax.legend(fontsize=7)
-    save(fig, "peak_memory.png")
+    against_parts(ok, lambda r: (r["dataset"], r["model"]), lambda r: r["peak_rss_bytes"] / 2**30,
+                  "peak RSS per rank (GiB)", "Peak memory per rank", "peak_memory.png")
     return written
 
 

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.conftest import MPIEXEC, run_cli, run_mpi

@@ -1,7 +1,6 @@
 """Schedules and halo codecs on simulated ranks (FakeComm): what travels, and what the receiver uses."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
