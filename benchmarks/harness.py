@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.common import machine, mpiexec
+from gnn_dist.comm import mpi_versions
 
 # Published OGB leaderboard test accuracies (mean over 10 runs) of the reference full-batch models.
 OGB_REFERENCE = {
@@ -102,14 +103,9 @@ def environment() -> dict:
     except OSError:
         pass
     try:
-        import mpi4py
-
-        info["mpi4py"] = mpi4py.__version__
-        probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
-                               capture_output=True, text=True, timeout=60)
-        info["mpi_library"] = probe.stdout.strip().splitlines()[0] if probe.stdout.strip() else "unknown"
-    except Exception:  # noqa: BLE001 - version reporting must not stop a sweep
-        info["mpi4py"] = info.get("mpi4py", "unavailable")
+        info.update(mpi_versions())
+    except (OSError, subprocess.TimeoutExpired):  # version reporting must not stop a sweep
+        info.update({"mpi4py": "unknown", "mpi_library": "unknown"})
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
                                 cwd=Path(__file__).resolve().parent)

@@ -234,6 +234,20 @@ def run_fake_ranks(size: int, fn: Callable[[FakeComm], Any], timeout: float = 60
     return results
 
 
+def mpi_versions() -> dict:
+    """mpi4py's version and the MPI library's, without initialising MPI in this process."""
+    import subprocess
+
+    try:
+        import mpi4py
+    except ImportError:
+        return {"mpi4py": "unavailable", "mpi_library": "unavailable"}
+    probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
+                           capture_output=True, text=True, timeout=60)
+    library = probe.stdout.strip().splitlines()[0] if probe.stdout.strip() else "unknown"
+    return {"mpi4py": mpi4py.__version__, "mpi_library": library}
+
+
 def make_world_comm() -> Comm:
     """The communicator of a process started by mpiexec (or a single process: size 1)."""
     return MPIComm()
