@@ -111,6 +111,7 @@ class HaloExchanger:
             self.beat = lambda step: None
 
     def buffer(self, key: tuple, rows: int, width: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A reusable scratch buffer; only for data that is dead when the exchange returns."""
         full_key = key + (rows, width, dtype)
         buf = self._buffers.get(full_key)
         if buf is None:
@@ -162,19 +163,24 @@ class HaloExchanger:
         self.counters.comm_s += time.perf_counter() - start
         return recv.numpy().reshape(-1).copy()
 
-    def exact_forward(self, x_owned: torch.Tensor, key: tuple) -> torch.Tensor:
+    def new_full(self, x_owned: torch.Tensor) -> torch.Tensor:
+        """[owned | halo] rows with the owned part filled in. Shapes: [n_owned, F] -> [n_owned + n_halo, F]."""
+        full = torch.empty(self.plan.n_owned + self.plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype)
+        full[:self.plan.n_owned] = x_owned
+        return full
+
+    def exact_forward(self, x_owned: torch.Tensor) -> torch.Tensor:
         plan = self.plan
         width = x_owned.shape[1]
-        send = self.buffer(key + ("send",), plan.rows_sent, width, x_owned.dtype)
+        send = self.buffer(("send",), plan.rows_sent, width, x_owned.dtype)
         torch.index_select(x_owned, 0, plan.send_idx, out=send)
-        full = self.buffer(key + ("full",), plan.n_owned + plan.n_halo, width, x_owned.dtype)
-        full[:plan.n_owned] = x_owned
+        full = self.new_full(x_owned)
         self.send_rows(send, plan.send_counts, full[plan.n_owned:], plan.recv_counts)
         return full
 
-    def exact_backward(self, grad_full: torch.Tensor, key: tuple) -> torch.Tensor:
+    def exact_backward(self, grad_full: torch.Tensor) -> torch.Tensor:
         plan = self.plan
-        returned = self.buffer(key + ("grad_recv",), plan.rows_sent, grad_full.shape[1], grad_full.dtype)
+        returned = self.buffer(("grad_recv",), plan.rows_sent, grad_full.shape[1], grad_full.dtype)
         self.send_rows(grad_full[plan.n_owned:], plan.recv_counts, returned, plan.send_counts)
         grad_owned = grad_full[:plan.n_owned].clone()
         grad_owned.index_add_(0, plan.send_idx, returned)

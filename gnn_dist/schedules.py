@@ -63,10 +63,10 @@ class ExactSchedule(Schedule):
     name = "exact"
 
     def forward(self, ex, slot, x_owned):
-        return ex.exact_forward(x_owned, (slot,)), None
+        return ex.exact_forward(x_owned), None
 
     def backward(self, ex, slot, grad_full, info):
-        return ex.exact_backward(grad_full, (slot,))
+        return ex.exact_backward(grad_full)
 
 
 ExactSchedule.shared = ExactSchedule()
@@ -85,18 +85,17 @@ class StaleSchedule(Schedule):
         plan = ex.plan
         refresh = ex.epoch % self.refresh_every == 0 or slot not in self.cache
         if refresh:
-            full = ex.exact_forward(x_owned, (slot,))
+            full = ex.exact_forward(x_owned)
             self.cache[slot] = full[plan.n_owned:].clone()
             return full, True
-        full = ex.buffer((slot, "full"), plan.n_owned + plan.n_halo, x_owned.shape[1])
-        full[:plan.n_owned] = x_owned
+        full = ex.new_full(x_owned)
         full[plan.n_owned:] = self.cache[slot]
         ex.counters.halo_rows_skipped += plan.rows_sent - int(plan.send_counts[plan.rank])
         return full, False
 
     def backward(self, ex, slot, grad_full, refreshed):
         if refreshed:
-            return ex.exact_backward(grad_full, (slot,))
+            return ex.exact_backward(grad_full)
         ex.counters.halo_rows_skipped += ex.plan.n_halo
         return grad_full[:ex.plan.n_owned].clone()
 
@@ -139,14 +138,13 @@ class PipelineSchedule(Schedule):
         state = self.states.setdefault(slot, _PipeState())
         width = x_owned.shape[1]
         if state.halo is None:  # epoch 0: nothing stale to use yet
-            full = ex.exact_forward(x_owned, (slot,))
+            full = ex.exact_forward(x_owned)
             state.halo = full[plan.n_owned:].clone()
             return full, True
         if state.pending_halo is not None:
             state.pending_halo.wait()
             self._smooth(state.halo, state.recv_halo)
-        full = ex.buffer((slot, "full"), plan.n_owned + plan.n_halo, width)
-        full[:plan.n_owned] = x_owned
+        full = ex.new_full(x_owned)
         full[plan.n_owned:] = state.halo
         # This epoch's rows travel while this and the next epoch compute.
         state.send_halo = x_owned.index_select(0, plan.send_idx)
@@ -159,7 +157,7 @@ class PipelineSchedule(Schedule):
         plan = ex.plan
         state = self.states[slot]
         if warmup:
-            returned = ex.buffer((slot, "grad_recv"), plan.rows_sent, grad_full.shape[1])
+            returned = ex.buffer(("grad_recv",), plan.rows_sent, grad_full.shape[1])
             ex.send_rows(grad_full[plan.n_owned:], plan.recv_counts, returned, plan.send_counts)
             state.grads = returned.clone()
         else:
@@ -249,8 +247,7 @@ class BoundarySamplingSchedule(Schedule):
         send = x_owned.index_select(0, plan.send_idx[send_rows])
         received = torch.empty(halo_rows.shape[0], width)
         ex.send_rows(send, send_counts, received, recv_counts)
-        full = ex.buffer((slot, "full"), plan.n_owned + plan.n_halo, width)
-        full[:plan.n_owned] = x_owned
+        full = ex.new_full(x_owned)
         full[plan.n_owned:] = 0
         full[plan.n_owned + halo_rows] = received
         ex.counters.halo_rows_skipped += plan.rows_sent - int(plan.send_counts[plan.rank]) \
@@ -324,8 +321,7 @@ class AdaptiveSchedule(Schedule):
         send = x_owned.index_select(0, plan.send_idx)
         halo = self._exchange(ex, (slot, "fwd"), send, plan.send_segments(), (plan.n_halo, send.shape[1]),
                               plan.recv_segments())
-        full = ex.buffer((slot, "full"), plan.n_owned + plan.n_halo, send.shape[1])
-        full[:plan.n_owned] = x_owned
+        full = ex.new_full(x_owned)
         full[plan.n_owned:] = halo
         return full, None
 
