@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.model import forward_blocks
 from gnn_dist.sampling import Block, DistributedSampler, FeatureStore
 from kernels.spmm import SparseOperator
@@ -116,16 +117,14 @@ class SampledRun:
                 if len(batch) else logits.sum() * 0.0
             loss_sum.backward()
             params = list(model.parameters())
-            from gnn_dist.trainer import _pack, _unpack
-
             flat = state.flat_sampled
-            _pack(params, flat[:-2], grads=True)
+            pack_into(params, flat[:-2], grads=True)
             flat[-2] = loss_sum.detach()
             flat[-1] = float(len(batch))
             state.exchanger.allreduce_(flat)
             global_seeds = float(flat[-1])
             flat[:-2].div_(max(global_seeds, 1.0))
-            _unpack(params, flat[:-2], grads=True)
+            unpack_from(params, flat[:-2], grads=True)
             state.optimizer.step()
             compute_s += time.perf_counter() - start
             losses.append(float(flat[-2]) / max(global_seeds, 1.0))

@@ -19,7 +19,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from gnn_dist.checkpoint import load_checkpoint, save_checkpoint
 from gnn_dist.codec import HALO_DTYPES, make_codec
 from gnn_dist.context import RankContext, SetupError
+from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.metrics import MetricsWriter, peak_rss_bytes, summarise
 from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
@@ -175,9 +176,9 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     params = [p for p in model.parameters()]
     flat = torch.zeros(sum(p.numel() for p in params) + 1)
     # Same seed gives the same weights; the broadcast makes it true even across torch builds.
-    _pack(params, flat, grads=False)
+    pack_into(params, flat, grads=False)
     ctx.comm.bcast_(flat)
-    _unpack(params, flat, grads=False)
+    unpack_from(params, flat, grads=False)
     optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
     state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, flat, metrics,
                       meta.dataset, setup_halo_bytes, meta.partition_id, watchdog)
@@ -211,33 +212,6 @@ def _check_writable(directory: str, option: str) -> None:
                          f"can write to") from err
 
 
-def _pack(params, flat: torch.Tensor, grads: bool) -> None:
-    offset = 0
-    for p in params:
-        n = p.numel()
-        source = p.grad if grads else p.data
-        if source is None:
-            flat[offset:offset + n].zero_()
-        else:
-            flat[offset:offset + n].copy_(source.reshape(-1))
-        offset += n
-
-
-def _unpack(params, flat: torch.Tensor, grads: bool) -> None:
-    offset = 0
-    for p in params:
-        n = p.numel()
-        view = flat[offset:offset + n].view_as(p)
-        if grads:
-            if p.grad is None:
-                p.grad = view.clone()
-            else:
-                p.grad.copy_(view)
-        else:
-            p.data.copy_(view)
-        offset += n
-
-
 def _sum_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:
     buf = torch.tensor(values, dtype=torch.float64)
     if ctx.size > 1:
@@ -267,10 +241,10 @@ def compute_gradients(state: RankState, epoch: int) -> float:
     loss = F.cross_entropy(logits[mask], graph.y[mask], reduction="sum") / state.num_train
     loss.backward()
     params = list(model.parameters())
-    _pack(params, state.flat, grads=True)
+    pack_into(params, state.flat, grads=True)
     state.flat[-1] = loss.detach()
     state.exchanger.allreduce_(state.flat)
-    _unpack(params, state.flat, grads=True)
+    unpack_from(params, state.flat, grads=True)
     return float(state.flat[-1])
 
 
@@ -442,4 +416,4 @@ def gather_logits(state: RankState) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 __all__ = ["TrainConfig", "RankState", "setup", "compute_gradients", "train_step", "evaluate", "run_epochs", "train",
-           "TrainingDiverged", "HALO_DTYPES", "MODES", "asdict"]
+           "TrainingDiverged", "HALO_DTYPES", "MODES"]
