@@ -68,6 +68,7 @@ class Comm:
 
     rank: int
     size: int
+    aborts_job = False  # whether abort() ends every process of the job (a watchdog is useful only then)
 
     def alltoallv(self, send: torch.Tensor, send_counts: np.ndarray, recv: torch.Tensor,
                   recv_counts: np.ndarray) -> int:
@@ -101,6 +102,8 @@ class Comm:
 
 
 class MPIComm(Comm):
+    aborts_job = True
+
     def __init__(self, mpi_comm: Any = None):
         from mpi4py import MPI
 

@@ -161,7 +161,9 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
         return meta, part, metrics
 
     meta, part, metrics = _agree_on_setup(ctx, build_local)  # type: ignore[misc]
-    watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort) if config.timeout > 0 else NoWatchdog()
+    # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
+    watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort) \
+        if config.timeout > 0 and ctx.comm.aborts_job else NoWatchdog()
     watchdog.beat("set-up: fetching halo input features")
     plan = HaloPlan.from_part(part)
     exchanger = HaloExchanger(ctx.comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
