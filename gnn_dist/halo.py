@@ -66,12 +66,17 @@ class HaloPlan:
         return int(self.send_counts.sum())
 
     def send_segments(self) -> list[slice]:
-        offsets = np.concatenate([[0], np.cumsum(self.send_counts)])
-        return [slice(int(offsets[q]), int(offsets[q + 1])) for q in range(self.num_parts)]
+        """The slice of the send layout (rows of send_idx) going to each peer."""
+        return _segments(self.send_counts)
 
     def recv_segments(self) -> list[slice]:
-        offsets = np.concatenate([[0], np.cumsum(self.recv_counts)])
-        return [slice(int(offsets[q]), int(offsets[q + 1])) for q in range(self.num_parts)]
+        """The slice of the halo coming from each peer."""
+        return _segments(self.recv_counts)
+
+
+def _segments(counts: np.ndarray) -> list[slice]:
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    return [slice(int(offsets[q]), int(offsets[q + 1])) for q in range(len(counts))]
 
 
 @dataclass

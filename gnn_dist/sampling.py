@@ -121,12 +121,13 @@ class DistributedSampler:
         if total == 0:
             return np.zeros(len(local_rows), dtype=np.int64), np.zeros(0, dtype=np.int64)
         row_of = np.repeat(np.arange(len(local_rows), dtype=np.int64), degrees)
-        offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(degrees) - degrees, degrees)
-        neighbours = indices[np.repeat(starts, degrees) + offsets]
+        neighbours = indices[_ranges(starts, degrees)]
         scores = edge_scores(key, self.part.node_ids[local_rows][row_of], self.local_orig[neighbours])
         order = np.lexsort((scores, row_of))
-        rank_in_row = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(degrees) - degrees, degrees)
-        keep = order[rank_in_row < fanout]  # order is grouped by row, so positions line up with rank_in_row
+        # Sorting keeps rows grouped in place, so position k of `order` has the same rank within
+        # its row as entry k of the CSR slices: the first `fanout` of each row win.
+        rank_in_row = _ranges(np.zeros(len(local_rows), dtype=np.int64), degrees)
+        keep = order[rank_in_row < fanout]
         counts = np.minimum(degrees, fanout)
         return counts, self.local_to_global[neighbours[keep]]
 
