@@ -54,6 +54,12 @@ def stream_key(seed: int, epoch: int, layer: int) -> int:
     return mix32_reference(key ^ (layer * 0x165667B1))
 
 
+def sampled_stream_key(seed: int, epoch: int, step: int, rank: int, layer: int) -> int:
+    """Dropout key of one sampled step's layer: rank and step mixed in, so ranks' batches draw apart."""
+    key = mix32_reference(stream_key(seed, epoch, layer) ^ (step * 0x2C1B3C6D))
+    return mix32_reference(key ^ (rank * 0x297A2D39 + 1))
+
+
 def _keep_chunks(node_ids: torch.Tensor, num_cols: int, key: int, p: float):
     """Yields (row slice, bool [rows, num_cols] True where kept) chunk by chunk.
 

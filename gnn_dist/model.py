@@ -135,20 +135,23 @@ class DistGNN(nn.Module):
         return h
 
 
-def forward_blocks(model: DistGNN, x_src: torch.Tensor, operators: list, generator: torch.Generator | None) -> torch.Tensor:
+def forward_blocks(model: DistGNN, x_src: torch.Tensor, operators: list, node_ids: torch.Tensor,
+                   layer_keys: list[int]) -> torch.Tensor:
     """Sampled mini-batch forward: operators[k] is layer k's block, outermost first.
 
+    Layer k's input rows are the first rows of the outermost level (levels are
+    prefixes of one another), so `node_ids` (one int64 id per outermost row)
+    keys every layer's dropout mask with layer_keys[k]: one fused pass for
+    ReLU and dropout, a one-byte mask saved, and nothing drawn from a
+    generator whose state a checkpoint would have to carry.
+
     Shapes:
-        x_src: [n_nodes of the outermost level, F] -> logits [n_seeds, C]
+        x_src: [n_nodes of the outermost level, F]; node_ids: [n_nodes] -> logits [n_seeds, C]
     """
     h = x_src
     p = model.config.dropout
     for k, (conv, op) in enumerate(zip(model.convs, operators)):
-        if k > 0:
-            h = torch.relu(h)
-        if model.training and p > 0:
-            keep = torch.rand(h.shape, generator=generator) >= p
-            h = h * keep / (1 - p)
+        h = keyed_dropout(h, node_ids[:h.shape[0]], layer_keys[k], p, model.training, relu=k > 0)
         h = conv.forward_block(h, op)
     return h
 

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gnn_dist.dropout import sampled_stream_key
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.model import forward_blocks
 from gnn_dist.sampling import Block, DistributedSampler, FeatureStore
@@ -74,9 +75,14 @@ class SampledRun:
             ctx.comm.allreduce_(steps, op="max")
         self.steps = int(steps.item())
         self.labels = state.graph.y
-        self.generator = torch.Generator().manual_seed(state.config.seed * 7919 + ctx.rank)
-        if config.feature_cache_mb > 0 and config.sampling == "remote":
+        self.caching = config.feature_cache_mb > 0 and config.sampling == "remote"
+        if self.caching:
             self._fill_cache()
+            # The first epoch trained records every remote request; the next epoch starts by refilling
+            # the cache from those counts (a whole epoch estimates the hot set far better than the
+            # counting pass's few steps). The refill fetches only rows not cached yet.
+            self.store.count_requests = True
+        self.epochs_trained = 0
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.state.config.seed, epoch, self.state.ctx.rank])
@@ -104,6 +110,12 @@ class SampledRun:
         state = self.state
         model, counters = state.model, self.sampler.counters
         counters.reset()
+        if self.store.count_requests and self.epochs_trained == 1:
+            start = time.perf_counter()
+            ids, hits = self.store.request_counts()
+            self.store.count_requests = False
+            self.store.fill_cache(ids, hits, int(self.config.feature_cache_mb * 2**20))
+            counters.fetch_s += time.perf_counter() - start
         model.train()
         losses, seeds_total, compute_s = [], 0, 0.0
         for step, batch in enumerate(self.batches(epoch)):
@@ -112,7 +124,9 @@ class SampledRun:
             start = time.perf_counter()
             operators = [block_operator(b, state.config.model.model) for b in reversed(blocks)]
             state.optimizer.zero_grad(set_to_none=False)
-            logits = forward_blocks(model, x, operators, self.generator)
+            keys = [sampled_stream_key(state.config.seed, epoch, step, state.ctx.rank, k)
+                    for k in range(len(operators))]
+            logits = forward_blocks(model, x, operators, torch.from_numpy(nodes), keys)
             loss_sum = F.cross_entropy(logits, self.labels[torch.from_numpy(batch)], reduction="sum") \
                 if len(batch) else logits.sum() * 0.0
             loss_sum.backward()
@@ -130,6 +144,7 @@ class SampledRun:
             losses.append(float(flat[-2]) / max(global_seeds, 1.0))
             seeds_total += int(global_seeds)
             state.watchdog.beat(f"epoch {epoch}: sampled step {step}")
+        self.epochs_trained += 1
         return {"loss": float(np.mean(losses)) if losses else 0.0, "seeds": seeds_total, "compute_s": compute_s,
                 "sample_s": counters.sample_s, "fetch_s": counters.fetch_s, "sample_bytes": counters.sample_bytes,
                 "feature_bytes": counters.feature_bytes, "cache_hits": counters.cache_hits,

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from gnn_dist.comm import Comm
+from kernels.native import native_module
 from partition.format import PartData
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
@@ -61,6 +62,19 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of arange(start, start + length) for each pair."""
     total = int(lengths.sum())
     return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)
+
+
+def relabel_hop(nodes: np.ndarray, sources: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(new, src): the sorted unique sources not in `nodes`, and each source's position in [nodes | new]."""
+    native = native_module()
+    if native is not None:
+        new, src = native.relabel_hop(torch.from_numpy(np.ascontiguousarray(nodes, dtype=np.int64)),
+                                      torch.from_numpy(np.ascontiguousarray(sources, dtype=np.int64)))
+        return new.numpy(), src.numpy()
+    new = np.setdiff1d(sources, nodes)  # sorted, unique
+    level = np.concatenate([nodes, new])
+    order = np.argsort(level, kind="stable")
+    return new, order[np.searchsorted(level[order], sources)]
 
 
 @dataclass
@@ -107,13 +121,27 @@ class DistributedSampler:
         self.local_to_global = np.concatenate([
             self.first + np.arange(part.n_owned, dtype=np.int64),
             self.partptr[owner] + part.halo_index_on_owner])
-        self.local_orig = np.concatenate([part.node_ids, part.halo_ids])
+        self.local_orig = np.concatenate([part.node_ids, part.halo_ids]).astype(np.int64)
+        # int64 views for the native sampler, made once (torch.from_numpy shares the memory)
+        self._csr_tensors = tuple(torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+                                  for a in (part.indptr, part.indices, part.node_ids, self.local_orig))
 
     def owner_of(self, global_ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.partptr, global_ids, side="right") - 1
 
     def sample_owned(self, local_rows: np.ndarray, fanout: int, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
         """(count per row, neighbours' global ids grouped by row) for owned rows, sampled here."""
+        native = native_module()
+        if native is not None:
+            indptr_t, indices_t, node_orig_t, local_orig_t = self._csr_tensors
+            rows = torch.from_numpy(np.ascontiguousarray(local_rows, dtype=np.int64))
+            counts, picked = native.sample_rows(indptr_t, indices_t, rows, node_orig_t[rows], local_orig_t,
+                                                int(np.array(key, dtype=np.uint64).view(np.int64)), fanout)
+            return counts.numpy(), self.local_to_global[picked.numpy()]
+        return self._sample_owned_numpy(local_rows, fanout, key)
+
+    def _sample_owned_numpy(self, local_rows: np.ndarray, fanout: int, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+        """The same draw in numpy (the fallback without the native kernels, and their test reference)."""
         indptr, indices = self.part.indptr, self.part.indices
         starts = indptr[local_rows]
         degrees = indptr[local_rows + 1] - starts
@@ -179,10 +207,8 @@ class DistributedSampler:
         for hop, fanout in enumerate(self.fanouts):
             counts, sources = self.sample_hop(nodes, fanout, sample_key(self.seed, epoch, step, hop))
             dst = np.repeat(np.arange(len(nodes), dtype=np.int64), counts)
-            new = np.setdiff1d(sources, nodes)  # sorted, unique
+            new, src = relabel_hop(nodes, sources)
             level = np.concatenate([nodes, new])
-            order = np.argsort(level, kind="stable")
-            src = order[np.searchsorted(level[order], sources)]
             blocks.append(Block(torch.from_numpy(dst), torch.from_numpy(src), len(nodes), len(level)))
             nodes = level
         self.counters.sample_s += time.perf_counter() - start
@@ -198,11 +224,19 @@ class FeatureStore:
     x_full: torch.Tensor  # [owned | halo] input features
     cache_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # sorted global ids
     cache_rows: torch.Tensor | None = None
+    count_requests: bool = False  # record which remote (non-halo) nodes the batches asked for
 
     def __post_init__(self):
         local_global = self.sampler.local_to_global
         self.known_order = np.argsort(local_global)
         self.known_sorted = local_global[self.known_order]
+        self.requested: list[np.ndarray] = []
+
+    def request_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, times asked) of the remote non-halo nodes recorded since the last call; clears the record."""
+        asked = np.concatenate(self.requested) if self.requested else np.zeros(0, dtype=np.int64)
+        self.requested = []
+        return np.unique(asked, return_counts=True)
 
     def _lookup(self, ids_sorted: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if len(ids_sorted) == 0:
@@ -214,12 +248,17 @@ class FeatureStore:
         """Features of `nodes` (global ids). Collective when fetching (every rank calls it once per step)."""
         start = time.perf_counter()
         counters = self.sampler.counters
-        out = torch.empty(len(nodes), self.x_full.shape[1])
         local_hit, pos = self._lookup(self.known_sorted, nodes)
-        out[torch.from_numpy(np.flatnonzero(local_hit))] = self.x_full[torch.from_numpy(self.known_order[pos[local_hit]])]
+        # One index_select over all rows (others read row 0 for now and are overwritten below): a
+        # single pass, where a masked gather-then-scatter would copy the local rows twice.
+        source = np.where(local_hit, self.known_order[pos], 0) if len(self.known_order) else np.zeros_like(pos)
+        out = self.x_full.index_select(0, torch.from_numpy(source)) if len(self.x_full) else \
+            torch.zeros(len(nodes), self.x_full.shape[1])
         owned = local_hit & (self.sampler.owner_of(nodes) == self.sampler.rank)
         counters.halo_hits += int(local_hit.sum() - owned.sum())
         rest = np.flatnonzero(~local_hit)
+        if self.count_requests:
+            self.requested.append(nodes[rest])
         cache_hit, cache_pos = self._lookup(self.cache_ids, nodes[rest])
         if cache_hit.any():
             out[torch.from_numpy(rest[cache_hit])] = self.cache_rows[torch.from_numpy(cache_pos[cache_hit])]
@@ -249,11 +288,16 @@ class FeatureStore:
     def fill_cache(self, ids: np.ndarray, hits: np.ndarray, budget_bytes: int) -> None:
         """Cache the features of the remote nodes counted most often (ties: lower id), up to the budget.
 
-        Collective: every rank calls it once (the rows are fetched in one round).
+        Collective: every rank calls it at the same point (the new rows are fetched in one round).
+        Rows already cached are kept rather than fetched again, so a refill sends only the new ones.
         """
         row_bytes = self.x_full.shape[1] * self.x_full.element_size()
         capacity = budget_bytes // row_bytes if row_bytes else 0
         chosen = ids[np.lexsort((ids, -hits))][:capacity] if capacity else np.zeros(0, dtype=np.int64)
         chosen = np.sort(chosen)
-        rows = self.fetch(chosen)
+        kept, pos = self._lookup(self.cache_ids, chosen)
+        rows = torch.empty(len(chosen), self.x_full.shape[1], dtype=self.x_full.dtype)
+        if kept.any():
+            rows[torch.from_numpy(np.flatnonzero(kept))] = self.cache_rows[torch.from_numpy(pos[kept])]
+        rows[torch.from_numpy(np.flatnonzero(~kept))] = self.fetch(chosen[~kept])
         self.cache_ids, self.cache_rows = chosen, rows

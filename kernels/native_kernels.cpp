@@ -101,7 +101,117 @@ std::vector<torch::Tensor> keyed_dropout(torch::Tensor x, torch::Tensor row_hash
   return {out, mask};
 }
 
+// 3. Uniform neighbour sampling without replacement, the kernel of gnn_dist/sampling.py's
+// sample_owned: candidate u of target v scores splitmix(splitmix(orig(v) ^ key) ^ orig(u)),
+// and the `fanout` smallest scores win, listed in ascending (score, CSR position) order:
+// exactly the numpy path's stable lexsort, so both paths pick the same neighbours.
+static inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::vector<torch::Tensor> sample_rows(torch::Tensor indptr, torch::Tensor indices, torch::Tensor rows,
+                                       torch::Tensor row_orig, torch::Tensor col_orig, int64_t key,
+                                       int64_t fanout) {
+  for (const auto& t : {indptr, indices, rows, row_orig, col_orig})
+    TORCH_CHECK(t.scalar_type() == torch::kInt64 && t.is_contiguous(), "sample_rows: contiguous int64 inputs");
+  const int64_t m = rows.size(0);
+  const int64_t* ip = indptr.data_ptr<int64_t>();
+  const int64_t* ix = indices.data_ptr<int64_t>();
+  const int64_t* rp = rows.data_ptr<int64_t>();
+  const int64_t* ro = row_orig.data_ptr<int64_t>();
+  const int64_t* co = col_orig.data_ptr<int64_t>();
+  auto counts = torch::empty({m}, rows.options());
+  int64_t* cp = counts.data_ptr<int64_t>();
+  auto offsets = torch::empty({m + 1}, rows.options());
+  int64_t* op = offsets.data_ptr<int64_t>();
+  op[0] = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    cp[r] = std::min<int64_t>(ip[rp[r] + 1] - ip[rp[r]], fanout);
+    op[r + 1] = op[r] + cp[r];
+  }
+  auto picked = torch::empty({op[m]}, rows.options());
+  int64_t* pp = picked.data_ptr<int64_t>();
+  const uint64_t k = static_cast<uint64_t>(key);
+  at::parallel_for(0, m, 256, [&](int64_t begin, int64_t end) {
+    std::vector<std::pair<uint64_t, int64_t>> cand;  // (score, CSR position)
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t start = ip[rp[r]], stop = ip[rp[r] + 1];
+      const uint64_t target = splitmix64(static_cast<uint64_t>(ro[r]) ^ k);
+      cand.clear();
+      for (int64_t e = start; e < stop; ++e)
+        cand.emplace_back(splitmix64(target ^ static_cast<uint64_t>(co[ix[e]])), e);
+      const int64_t take = cp[r];
+      if (take < static_cast<int64_t>(cand.size()))
+        std::partial_sort(cand.begin(), cand.begin() + take, cand.end());
+      else
+        std::sort(cand.begin(), cand.end());
+      for (int64_t j = 0; j < take; ++j) pp[op[r] + j] = ix[cand[j].second];
+    }
+  });
+  return {counts, picked};
+}
+
+// 4. Relabelling of one sampled hop: `new` = sorted unique sources absent from `nodes` (numpy's
+// setdiff1d), and each source's position in the next level [nodes | new]. Open addressing on
+// the 64-bit ids replaces the sorts and binary searches of the numpy path.
+struct IdTable {
+  std::vector<int64_t> keys, vals;
+  uint64_t mask;
+  explicit IdTable(int64_t n) {
+    uint64_t cap = 16;
+    while (cap < static_cast<uint64_t>(2 * n + 1)) cap <<= 1;
+    keys.assign(cap, -1);
+    vals.assign(cap, 0);
+    mask = cap - 1;
+  }
+  // Slot of id: either holding it or the empty slot where it belongs (ids are >= 0).
+  uint64_t slot(int64_t id) const {
+    uint64_t h = splitmix64(static_cast<uint64_t>(id)) & mask;
+    while (keys[h] != -1 && keys[h] != id) h = (h + 1) & mask;
+    return h;
+  }
+};
+
+std::vector<torch::Tensor> relabel_hop(torch::Tensor nodes, torch::Tensor sources) {
+  TORCH_CHECK(nodes.scalar_type() == torch::kInt64 && sources.scalar_type() == torch::kInt64 &&
+              nodes.is_contiguous() && sources.is_contiguous(), "relabel_hop: contiguous int64 inputs");
+  const int64_t n = nodes.size(0), s = sources.size(0);
+  const int64_t* np_ = nodes.data_ptr<int64_t>();
+  const int64_t* sp = sources.data_ptr<int64_t>();
+  IdTable table(n + s);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = table.slot(np_[i]);
+    table.keys[h] = np_[i];
+    table.vals[h] = i;
+  }
+  std::vector<int64_t> fresh;
+  for (int64_t j = 0; j < s; ++j) {
+    const uint64_t h = table.slot(sp[j]);
+    if (table.keys[h] == -1) {
+      table.keys[h] = sp[j];
+      table.vals[h] = -1;  // new, position assigned after sorting
+      fresh.push_back(sp[j]);
+    }
+  }
+  std::sort(fresh.begin(), fresh.end());
+  auto added = torch::empty({static_cast<int64_t>(fresh.size())}, nodes.options());
+  int64_t* ap = added.data_ptr<int64_t>();
+  for (size_t j = 0; j < fresh.size(); ++j) {
+    ap[j] = fresh[j];
+    table.vals[table.slot(fresh[j])] = n + static_cast<int64_t>(j);
+  }
+  auto positions = torch::empty({s}, nodes.options());
+  int64_t* pos = positions.data_ptr<int64_t>();
+  for (int64_t j = 0; j < s; ++j) pos[j] = table.vals[table.slot(sp[j])];
+  return {added, positions};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("relabel_hop", &relabel_hop, "positions of a hop's sources in [nodes | new sources]");
+  m.def("sample_rows", &sample_rows, "keyed uniform neighbour sampling without replacement");
   m.def("csr_spmm", &csr_spmm, "CSR sparse x dense (+ bias)");
   m.def("keyed_dropout", &keyed_dropout, "keyed dropout, optionally fused with the preceding ReLU");
 }

@@ -11,8 +11,9 @@ from gnn_dist.comm import run_fake_ranks
 from gnn_dist.context import RankContext
 from gnn_dist.model import ModelConfig
 from gnn_dist.sampled import SampledConfig
-from gnn_dist.sampling import DistributedSampler, FeatureStore
+from gnn_dist.sampling import DistributedSampler, FeatureStore, relabel_hop, sample_key
 from gnn_dist.trainer import TrainConfig, setup
+from kernels.native import native_module
 from partition.datasets import load_dataset
 from partition.format import load_node_map, load_part
 from tests.conftest import run_cli, run_mpi
@@ -95,6 +96,40 @@ def test_remote_features_match_the_dataset(partitioned):
         assert hits == remote and misses == 0
 
 
+def test_cache_refill_keeps_the_most_requested_and_fetches_only_new_rows(partitioned):
+    graph = load_dataset("synthetic:small")
+    directory = partitioned("synthetic:small", 2)
+    node_map = load_node_map(directory)
+    row_bytes = graph.num_features * 4
+
+    def rank_fn(comm):
+        state = setup(RankContext(comm), TrainConfig(parts=str(directory), progress=False, timeout=0))
+        sampler = DistributedSampler(comm, load_part(directory, comm.rank), [2], seed=0)
+        store = FeatureStore(comm, sampler, state.x_full, count_requests=True)
+        remote = np.setdiff1d(np.arange(graph.num_nodes), sampler.local_to_global)[:30]
+        hot, warm, cold = remote[:5], remote[5:15], remote[15:]
+        # requests: hot 3 times, warm twice, cold once (plus owned nodes, which are never counted)
+        for ids in (remote, np.concatenate([hot, warm, [sampler.first]]), hot):
+            store.gather(ids)
+        ids, hits = store.request_counts()
+        store.fill_cache(warm[:4], np.ones(4, dtype=np.int64), budget_bytes=4 * row_bytes)  # an earlier fill
+        sampler.counters.reset()
+        store.fill_cache(ids, hits, budget_bytes=15 * row_bytes)
+        refill_bytes = sampler.counters.feature_bytes
+        sampler.counters.reset()
+        answer = store.gather(remote)
+        return (ids, hits, hot, warm, cold, store.cache_ids, refill_bytes, answer, remote,
+                sampler.counters.cache_hits)
+
+    for ids, hits, hot, warm, cold, cached, refill_bytes, answer, remote, cache_hits in run_fake_ranks(2, rank_fn):
+        expected = dict(zip(np.concatenate([hot, warm, cold]).tolist(), [3] * 5 + [2] * 10 + [1] * len(cold)))
+        assert dict(zip(ids.tolist(), hits.tolist())) == expected
+        assert set(cached.tolist()) == set(hot.tolist()) | set(warm.tolist())
+        assert refill_bytes == 11 * row_bytes  # 15 chosen, 4 of them were cached already
+        assert cache_hits == 15
+        assert torch.equal(answer, torch.from_numpy(graph.x[node_map[remote]]))
+
+
 def test_ranks_with_unequal_training_nodes_run_the_same_steps(partitioned):
     directory = partitioned("synthetic:small", 3)
     config = TrainConfig(parts=str(directory), mode="sampled", progress=False, timeout=0,
@@ -125,14 +160,57 @@ def test_graphsage_sampled_on_cora(cora_root, tmp_path):
     parts = tmp_path / "cora"
     assert run_cli("partition", "--dataset", "planetoid:Cora", "--root", str(cora_root), "--num-parts", "2",
                    "--out", str(parts)).returncode == 0
-    out = tmp_path / "m.jsonl"
-    done = run_mpi(2, "train", "--parts", str(parts), "--model", "sage", "--mode", "sampled", "--fanouts", "10,10",
-                   "--batch-size", "32", "--epochs", "60", "--feature-cache-mb", "1", "--metrics-out", str(out),
-                   "--no-progress")
-    assert done.returncode == 0, done.stderr
-    records = [json.loads(line) for line in out.read_text().splitlines()]
-    final = records[-1]
-    assert final["mode"] == "sampled"
-    assert final["test_acc"] >= 0.78, final
+    accuracies = []
+    for seed in (0, 1, 2):  # one seed's accuracy moves by about a point; the mean of three is the claim
+        out = tmp_path / f"m{seed}.jsonl"
+        done = run_mpi(2, "train", "--parts", str(parts), "--model", "sage", "--mode", "sampled", "--fanouts",
+                       "10,10", "--batch-size", "32", "--epochs", "60", "--feature-cache-mb", "1", "--seed",
+                       str(seed), "--metrics-out", str(out), "--no-progress")
+        assert done.returncode == 0, done.stderr
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        assert records[-1]["mode"] == "sampled"
+        accuracies.append(records[-1]["test_acc"])
+    assert np.mean(accuracies) >= 0.78, accuracies
     for key in ("seeds_per_s", "sample_s", "fetch_s", "compute_s", "cache_hit_rate", "feature_bytes"):
         assert key in records[0]
+
+
+def test_native_sampler_draws_exactly_what_the_numpy_path_draws(partitioned):
+    if native_module() is None:
+        pytest.skip("native kernels unavailable (no C++ compiler): only the numpy sampler runs here")
+    directory = partitioned("synthetic:small", 2)
+
+    def rank_fn(comm):
+        sampler = DistributedSampler(comm, load_part(directory, comm.rank), [3], seed=0)
+        rng = np.random.default_rng(comm.rank)
+        rows = rng.choice(sampler.part.n_owned, 400, replace=True)  # repeats and any degree, including 0
+        checked = 0
+        for fanout, step in ((1, 0), (3, 1), (10, 2), (10**6, 3)):
+            key = sample_key(0, 1, step, 0)
+            counts, sources = sampler.sample_owned(rows, fanout, key)
+            want_counts, want_sources = sampler._sample_owned_numpy(rows, fanout, key)
+            assert np.array_equal(counts, want_counts) and np.array_equal(sources, want_sources)
+            checked += len(sources)
+        empty = sampler.sample_owned(np.zeros(0, dtype=np.int64), 5, sample_key(0, 0, 0, 0))
+        assert len(empty[0]) == 0 and len(empty[1]) == 0
+        return checked
+
+    assert all(checked > 1000 for checked in run_fake_ranks(2, rank_fn))
+
+
+def test_native_relabel_matches_numpy(monkeypatch):
+    if native_module() is None:
+        pytest.skip("native kernels unavailable (no C++ compiler): only the numpy relabel runs here")
+    rng = np.random.default_rng(0)
+    for n_nodes, n_sources in ((0, 0), (0, 50), (40, 0), (500, 3000), (5, 10_000)):
+        nodes = rng.choice(10**9, n_nodes, replace=False)
+        sources = np.concatenate([rng.choice(nodes, n_sources // 2) if n_nodes else np.zeros(0, np.int64),
+                                  rng.integers(0, 2000, n_sources - (n_sources // 2 if n_nodes else 0))])
+        new, src = relabel_hop(nodes, sources)
+        level = np.concatenate([nodes, new])
+        assert np.array_equal(new, np.setdiff1d(sources, nodes))
+        assert np.array_equal(level[src], sources)
+        monkeypatch.setenv("GNN_DIST_KERNEL", "torch")
+        want_new, want_src = relabel_hop(nodes, sources)
+        monkeypatch.delenv("GNN_DIST_KERNEL")
+        assert np.array_equal(new, want_new) and np.array_equal(src, want_src)
