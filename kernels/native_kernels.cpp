@@ -7,8 +7,8 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
-template <typename scalar_t>
-static void spmm_rows(const int64_t* crow, const int64_t* col, const scalar_t* val, const scalar_t* x,
+template <typename scalar_t, typename index_t>
+static void spmm_rows(const index_t* crow, const index_t* col, const scalar_t* val, const scalar_t* x,
                       const scalar_t* bias, scalar_t* y, int64_t begin, int64_t end, int64_t width) {
   for (int64_t i = begin; i < end; ++i) {
     scalar_t* __restrict__ out = y + i * width;
@@ -22,39 +22,54 @@ static void spmm_rows(const int64_t* crow, const int64_t* col, const scalar_t* v
     // Two neighbours per pass halves the loads and stores of the output row.
     for (; k + 1 < stop; k += 2) {
       const scalar_t a = val[k], b = val[k + 1];
-      const scalar_t* __restrict__ xa = x + col[k] * width;
-      const scalar_t* __restrict__ xb = x + col[k + 1] * width;
+      const scalar_t* __restrict__ xa = x + static_cast<int64_t>(col[k]) * width;
+      const scalar_t* __restrict__ xb = x + static_cast<int64_t>(col[k + 1]) * width;
       for (int64_t f = 0; f < width; ++f) out[f] += a * xa[f] + b * xb[f];
     }
     if (k < stop) {
       const scalar_t a = val[k];
-      const scalar_t* __restrict__ xa = x + col[k] * width;
+      const scalar_t* __restrict__ xa = x + static_cast<int64_t>(col[k]) * width;
       for (int64_t f = 0; f < width; ++f) out[f] += a * xa[f];
     }
   }
 }
 
-torch::Tensor csr_spmm(torch::Tensor crow, torch::Tensor col, torch::Tensor val, torch::Tensor x,
-                       c10::optional<torch::Tensor> bias) {
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be a contiguous matrix");
-  TORCH_CHECK(crow.scalar_type() == torch::kInt64 && col.scalar_type() == torch::kInt64, "indices must be int64");
-  TORCH_CHECK(val.scalar_type() == x.scalar_type(), "values and x must share a dtype");
+template <typename index_t>
+static void spmm_dispatch(const torch::Tensor& crow, const torch::Tensor& col, const torch::Tensor& val,
+                          const torch::Tensor& x, const c10::optional<torch::Tensor>& bias, torch::Tensor& y) {
   const int64_t rows = crow.size(0) - 1;
   const int64_t width = x.size(1);
-  auto y = torch::empty({rows, width}, x.options());
-  if (rows == 0 || width == 0) return y;
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "csr_spmm", [&] {
-    const int64_t* crow_p = crow.data_ptr<int64_t>();
-    const int64_t* col_p = col.data_ptr<int64_t>();
+    const index_t* crow_p = crow.data_ptr<index_t>();
+    const index_t* col_p = col.data_ptr<index_t>();
     const scalar_t* val_p = val.data_ptr<scalar_t>();
     const scalar_t* x_p = x.data_ptr<scalar_t>();
     const scalar_t* bias_p = bias.has_value() ? bias->data_ptr<scalar_t>() : nullptr;
     scalar_t* y_p = y.data_ptr<scalar_t>();
     // Grain: enough rows that a chunk is worth a task; row costs vary with degree.
     at::parallel_for(0, rows, 256, [&](int64_t begin, int64_t end) {
-      spmm_rows<scalar_t>(crow_p, col_p, val_p, x_p, bias_p, y_p, begin, end, width);
+      spmm_rows<scalar_t, index_t>(crow_p, col_p, val_p, x_p, bias_p, y_p, begin, end, width);
     });
   });
+}
+
+// int32 indices (what kernels/spmm.py builds whenever nnz < 2**31) halve the index bytes
+// streamed per non-zero; int64 is accepted for larger matrices.
+torch::Tensor csr_spmm(torch::Tensor crow, torch::Tensor col, torch::Tensor val, torch::Tensor x,
+                       c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be a contiguous matrix");
+  TORCH_CHECK(crow.scalar_type() == col.scalar_type() &&
+              (crow.scalar_type() == torch::kInt64 || crow.scalar_type() == torch::kInt32),
+              "indices must be int32 or int64, both the same");
+  TORCH_CHECK(val.scalar_type() == x.scalar_type(), "values and x must share a dtype");
+  const int64_t rows = crow.size(0) - 1;
+  const int64_t width = x.size(1);
+  auto y = torch::empty({rows, width}, x.options());
+  if (rows == 0 || width == 0) return y;
+  if (crow.scalar_type() == torch::kInt32)
+    spmm_dispatch<int32_t>(crow, col, val, x, bias, y);
+  else
+    spmm_dispatch<int64_t>(crow, col, val, x, bias, y);
   return y;
 }
 

@@ -67,6 +67,9 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tu
     rows, cols, values = rows[order], cols[order], values[order]
     crow = torch.zeros(shape[0] + 1, dtype=torch.int64)
     crow[1:] = torch.cumsum(torch.bincount(rows, minlength=shape[0]), 0)
+    if max(len(cols), shape[1]) < 2**31:
+        # int32 indices: half the index bytes the kernels stream per non-zero
+        crow, cols = crow.to(torch.int32), cols.to(torch.int32)
     with warnings.catch_warnings():
         # torch labels CSR "beta" on every construction; the kernels we use are stable.
         warnings.simplefilter("ignore", UserWarning)

@@ -1,7 +1,8 @@
 """Turn a part vector into per-part arrays: renumbering, local CSR, halos, send lists.
 
-New node ids are the old ones sorted stably by part, so part k owns the
-contiguous range [partptr[k], partptr[k+1]). A part's halo is the set of
+New node ids are the old ones sorted by part, then by an optional locality
+block inside the part, then by original id, so part k owns the contiguous
+range [partptr[k], partptr[k+1]). A part's halo is the set of
 remote in-neighbours of its nodes, ordered by new id; because new ids are
 contiguous per part, the halo is grouped by owner, and the rows a rank
 receives from peer q land in one contiguous slice of its halo. The send list
@@ -26,14 +27,19 @@ class PartStats:
     train: int        # owned training nodes
 
 
-def build_parts(graph: Graph, parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+def build_parts(graph: Graph, parts: np.ndarray, num_parts: int,
+                blocks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[dict]]:
     """Returns (partptr int64 [P+1], node_map int64 [N] new->original id, per-part array dicts).
 
-    Each dict holds exactly the arrays of the public part-file format
-    (docs/partition-format.md).
+    blocks: optional int64 [N] locality block of each node inside its part
+    (partition.metis.locality_blocks). Each dict holds exactly the arrays of
+    the public part-file format (docs/partition-format.md).
     """
     n = graph.num_nodes
-    node_map = np.argsort(parts, kind="stable").astype(np.int64)  # new id -> original id
+    if blocks is None:
+        node_map = np.argsort(parts, kind="stable").astype(np.int64)  # new id -> original id
+    else:
+        node_map = np.lexsort((np.arange(n), blocks, parts)).astype(np.int64)
     new_of = np.empty(n, dtype=np.int64)
     new_of[node_map] = np.arange(n, dtype=np.int64)
     partptr = np.zeros(num_parts + 1, dtype=np.int64)

@@ -7,13 +7,18 @@ import os
 from partition.build import build_parts, part_stats
 from partition.format import PartitionMeta, save
 from partition.graph import Graph
-from partition.metis import assign_parts
+from partition.metis import assign_parts, locality_blocks
+
+DEFAULT_LOCALITY_BLOCK = 256
 
 
 def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, method: str = "metis",
-                    seed: int = 0, balance_train: bool = False, overwrite: bool = False) -> PartitionMeta:
+                    seed: int = 0, balance_train: bool = False, overwrite: bool = False,
+                    locality_block: int = DEFAULT_LOCALITY_BLOCK) -> PartitionMeta:
+    """locality_block: nodes per METIS block when numbering inside a part (0: dataset order)."""
     parts = assign_parts(graph, num_parts, method=method, seed=seed, balance_train=balance_train)
-    partptr, node_map, part_arrays = build_parts(graph, parts, num_parts)
+    blocks = locality_blocks(graph, parts, num_parts, locality_block, seed) if locality_block > 0 else None
+    partptr, node_map, part_arrays = build_parts(graph, parts, num_parts, blocks)
     infos = [dataclasses.asdict(part_stats(arrays)) for arrays in part_arrays]
     meta_fields = dict(
         dataset=graph.name, num_nodes=graph.num_nodes, num_edges=graph.num_edges, num_parts=num_parts,

@@ -78,6 +78,29 @@ def test_round_trip_cora(tmp_path, cora_root):
     check_round_trip(graph, tmp_path / "p")
 
 
+@pytest.mark.parametrize("num_parts", [1, 3])
+def test_locality_order_puts_neighbours_close_and_keeps_every_invariant(tmp_path, num_parts):
+    graph = load_dataset("synthetic:small")
+    partition_graph(graph, num_parts, tmp_path / "plain", locality_block=0)
+    partition_graph(graph, num_parts, tmp_path / "local", locality_block=64)
+    check_round_trip(graph, tmp_path / "local")
+    plain_map, local_map = load_node_map(tmp_path / "plain"), load_node_map(tmp_path / "local")
+    # the same nodes per part, only numbered differently inside it
+    assert np.array_equal(owner_of_original(tmp_path / "plain"), owner_of_original(tmp_path / "local"))
+    assert not np.array_equal(plain_map, local_map)
+
+    def median_gap(node_map):
+        # distance between new ids of the endpoints of intra-part edges, counted from the dataset
+        new_of = np.empty_like(node_map)
+        new_of[node_map] = np.arange(len(node_map))
+        owner = owner_of_original(tmp_path / "plain")
+        src, dst = graph.edge_index
+        inside = owner[src] == owner[dst]
+        return np.median(np.abs(new_of[src[inside]] - new_of[dst[inside]]))
+
+    assert median_gap(local_map) < 0.25 * median_gap(plain_map)
+
+
 def test_single_part_has_no_halo(tmp_path, tiny_graph):
     meta = partition_graph(tiny_graph, 1, tmp_path / "p")
     part = load_part(tmp_path / "p", 0)
