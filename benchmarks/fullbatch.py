@@ -5,7 +5,10 @@
 Every run is a separate process, one after another (never side by side on
 the cores), with one torch thread per process: PyG's GCNConv through
 edge_index (its default) and through a torch CSR adjacency, then
-`mpiexec -n P gnn-dist train` for each P. Targets (issue 3): P=1 / PyG <= 1.0,
+`mpiexec -n P gnn-dist train` for each P. With --rounds R the whole sequence
+runs R times, so slow phases of a shared host hit every run alike; ratios are
+taken within a round (paired) and the table shows their median and range.
+Targets (issue 3): P=1 / PyG <= 1.0,
 speed-up P=2 over P=1 >= 1.6, peak RSS per rank P=2 / P=1 <= 0.6, halo bytes
 per epoch / `gnn-dist inspect`'s prediction = 1.00.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -39,47 +43,63 @@ def main() -> None:
     parser.add_argument("--pyg-paths", default="edge_index,csr")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--num-layers", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", default="runs/bench-fullbatch")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
     rows = {"machine": machine(), "config": vars(args), "pyg": {}, "ours": {}}
-    for path in filter(None, args.pyg_paths.split(",")):
-        rows["pyg"][path] = pyg_run(args.dataset, args.root, path, args)
-        print(f"pyg {path}: {rows['pyg'][path]['epoch_s_median']:.2f} s/epoch", file=sys.stderr)
     train_args = ["--model", args.model, "--hidden", str(args.hidden), "--num-layers", str(args.num_layers),
                   "--epochs", str(args.epochs), "--eval-every", str(args.epochs)]
-    for num_parts in (int(p) for p in args.parts.split(",")):
-        parts = partition(args.dataset, num_parts, out / f"parts-{args.dataset.replace(':', '_')}-{num_parts}",
-                          args.root)
-        final = run_train(num_parts, parts, out / f"metrics-p{num_parts}.jsonl", train_args)
-        inspect = subprocess.run([sys.executable, "-m", "gnn_dist", "inspect", str(parts), "--json", "--model",
-                                  args.model, "--hidden", str(args.hidden), "--num-layers", str(args.num_layers)],
-                                 capture_output=True, text=True, check=True)
-        final["predicted_halo_bytes_per_epoch"] = json.loads(inspect.stdout)["predicted_halo_bytes_per_epoch"]
-        rows["ours"][num_parts] = final
-        print(f"gnn-dist P={num_parts}: {final['epoch_s_median']:.2f} s/epoch", file=sys.stderr)
+    part_counts = [int(p) for p in args.parts.split(",")]
+    for round_index in range(args.rounds):
+        for path in filter(None, args.pyg_paths.split(",")):
+            result = pyg_run(args.dataset, args.root, path, args)
+            rows["pyg"].setdefault(path, []).append(result)
+            print(f"round {round_index} pyg {path}: {result['epoch_s_median']:.2f} s/epoch", file=sys.stderr)
+        for num_parts in part_counts:
+            parts = partition(args.dataset, num_parts, out / f"parts-{args.dataset.replace(':', '_')}-{num_parts}",
+                              args.root)
+            final = run_train(num_parts, parts, out / f"metrics-p{num_parts}-r{round_index}.jsonl", train_args)
+            inspect = subprocess.run([sys.executable, "-m", "gnn_dist", "inspect", str(parts), "--json", "--model",
+                                      args.model, "--hidden", str(args.hidden), "--num-layers",
+                                      str(args.num_layers)], capture_output=True, text=True, check=True)
+            final["predicted_halo_bytes_per_epoch"] = json.loads(inspect.stdout)["predicted_halo_bytes_per_epoch"]
+            rows["ours"].setdefault(num_parts, []).append(final)
+            print(f"round {round_index} gnn-dist P={num_parts}: {final['epoch_s_median']:.2f} s/epoch",
+                  file=sys.stderr)
     (out / "fullbatch.json").write_text(json.dumps(rows, indent=1))
+
+    def summary(values: list[float]) -> str:
+        text = f"{statistics.median(values):.2f}"
+        return text + (f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else "")
+
+    def seconds(run: dict) -> float:
+        return run["epoch_s_median"]
 
     table = []
     base = rows["ours"].get(1)
-    for path, r in rows["pyg"].items():
-        table.append([f"PyG GCNConv ({path}), 1 process", f"{r['epoch_s_median']:.2f}", "", "",
-                      f"{r['peak_rss_bytes'] / 2**30:.2f}", "", ""])
-    for num_parts, r in rows["ours"].items():
+    for path, runs in rows["pyg"].items():
+        table.append([f"PyG GCNConv ({path}), 1 process", summary([seconds(r) for r in runs]), "", "",
+                      summary([r["peak_rss_bytes"] / 2**30 for r in runs]), "", ""])
+    for num_parts, runs in rows["ours"].items():
+        r = runs[-1]
         per_epoch = r["halo_bytes_total"] / max(r["epochs"], 1)
         predicted = r["predicted_halo_bytes_per_epoch"]
-        vs_pyg = " / ".join(f"{r['epoch_s_median'] / p['epoch_s_median']:.2f}" for p in rows["pyg"].values())
-        speedup = f"{base['epoch_s_median'] / r['epoch_s_median']:.2f}" if base else ""
-        rss = f"{r['peak_rss_bytes'] / base['peak_rss_bytes']:.2f}" if base else ""
+        vs_pyg = " / ".join(summary([seconds(o) / seconds(p) for o, p in zip(runs, pyg_runs)])
+                            for pyg_runs in rows["pyg"].values())
+        speedup = summary([seconds(b) / seconds(o) for o, b in zip(runs, base)]) if base else ""
+        rss = summary([o["peak_rss_bytes"] / b["peak_rss_bytes"] for o, b in zip(runs, base)]) if base else ""
         ratio = f"{per_epoch / predicted:.2f}" if predicted else "n/a (no halo)"
-        table.append([f"gnn-dist P={num_parts}", f"{r['epoch_s_median']:.2f}", vs_pyg, speedup,
-                      f"{r['peak_rss_bytes'] / 2**30:.2f}", rss, f"{per_epoch / 1e6:.1f} MB ({ratio})"])
+        table.append([f"gnn-dist P={num_parts}", summary([seconds(o) for o in runs]), vs_pyg, speedup,
+                      summary([o["peak_rss_bytes"] / 2**30 for o in runs]), rss,
+                      f"{per_epoch / 1e6:.1f} MB ({ratio})"])
     header = ["run", "s/epoch", "vs PyG (" + " / ".join(rows["pyg"]) + ")", "speed-up vs P=1",
               "peak RSS/rank GiB", "RSS vs P=1", "halo bytes/epoch (vs inspect)"]
     text = (f"{args.dataset}, {args.model} {args.num_layers} layers hidden {args.hidden}, 1 thread per process, "
-            f"median of {args.epochs} epochs (PyG {args.pyg_epochs}); {rows['machine']['cpu']}\n\n"
+            f"median of {args.epochs} epochs (PyG {args.pyg_epochs}) per run, {args.rounds} round(s): median "
+            f"(range) over rounds, ratios paired within a round; {rows['machine']['cpu']}\n\n"
             + markdown_table(header, table))
     (out / "fullbatch.md").write_text(text + "\n")
     print(text)
