@@ -13,6 +13,11 @@ every gathered row of X (nnz x width x 4 bytes), as the issue's 5-7 GB/s
 figure for torch did; it is also shown against the copy's one-way rate
 (bytes copied per second, the issue's "11-14 GB/s" kind of figure).
 Target (issue 8): native effective bandwidth >= 50% of copy bandwidth.
+
+A last table probes the cache one thread really gets: random gathers of
+64-byte rows (torch index_select) from working sets of growing size. The
+SpMM gathers nnz rows of X; only the share that stays within that size runs
+at cache speed.
 """
 from __future__ import annotations
 
@@ -87,6 +92,17 @@ def main() -> None:
                 print(f"| {order_name} | {width} | {name} | {seconds * 1e3:.0f} | {bw / 1e9:.1f} | "
                       f"{100 * bw / copy_bw:.0f}% | {touched / 1e9:.1f} | {100 * touched / (copy_bw / 2):.0f}% |",
                       flush=True)
+
+    print("\n| working set MB | ns per random 64-byte row gather |")
+    print("|---|---|")
+    picks = 2_000_000
+    for mb in (1, 4, 8, 16, 32, 64, 256):
+        rows_in_set = mb * 2**20 // 64
+        table = torch.randn(rows_in_set, 16)
+        index = torch.randint(0, rows_in_set, (picks,))
+        out = torch.empty(picks, 16)
+        seconds = timed(lambda: torch.index_select(table, 0, index, out=out), args.repeats)
+        print(f"| {mb} | {seconds / picks * 1e9:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

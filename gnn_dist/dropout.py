@@ -115,12 +115,15 @@ class _NativeKeyedDropout(torch.autograd.Function):
         out, mask = native.keyed_dropout(x.contiguous(), row_hash, col_hash, threshold, 1.0 / (1.0 - p), relu)
         ctx.save_for_backward(mask)
         ctx.scale = 1.0 / (1.0 - p)
+        ctx.native = native
         return out
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
         (mask,) = ctx.saved_tensors
-        return torch.mul(grad_out, mask).mul_(ctx.scale), None, None, None, None, None
+        grad_in = ctx.native.masked_scale(grad_out.to(torch.float32), mask, ctx.scale) \
+            if grad_out.dtype == torch.float32 else torch.mul(grad_out, mask).mul_(ctx.scale)
+        return grad_in, None, None, None, None, None
 
 
 class _KeyedDropout(torch.autograd.Function):

@@ -116,6 +116,24 @@ std::vector<torch::Tensor> keyed_dropout(torch::Tensor x, torch::Tensor row_hash
   return {out, mask};
 }
 
+// Backward of the keyed dropout: grad * mask * scale in one pass (torch's mul of a float by a
+// uint8 tensor promotes through a temporary and ran several times slower here).
+torch::Tensor masked_scale(torch::Tensor grad, torch::Tensor mask, double scale) {
+  TORCH_CHECK(grad.scalar_type() == torch::kFloat32 && mask.scalar_type() == torch::kUInt8, "float32 grad, uint8 mask");
+  TORCH_CHECK(grad.sizes() == mask.sizes(), "grad and mask shapes differ");
+  grad = grad.contiguous();
+  mask = mask.contiguous();
+  auto out = torch::empty_like(grad);
+  const float* g = grad.data_ptr<float>();
+  const uint8_t* m = mask.data_ptr<uint8_t>();
+  float* o = out.data_ptr<float>();
+  const float s = static_cast<float>(scale);
+  at::parallel_for(0, grad.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) o[i] = m[i] ? g[i] * s : 0.0f;
+  });
+  return out;
+}
+
 // 3. Uniform neighbour sampling without replacement, the kernel of gnn_dist/sampling.py's
 // sample_owned: candidate u of target v scores splitmix(splitmix(orig(v) ^ key) ^ orig(u)),
 // and the `fanout` smallest scores win, listed in ascending (score, CSR position) order:
@@ -228,5 +246,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("relabel_hop", &relabel_hop, "positions of a hop's sources in [nodes | new sources]");
   m.def("sample_rows", &sample_rows, "keyed uniform neighbour sampling without replacement");
   m.def("csr_spmm", &csr_spmm, "CSR sparse x dense (+ bias)");
+  m.def("masked_scale", &masked_scale, "grad * mask * scale (keyed dropout's backward)");
   m.def("keyed_dropout", &keyed_dropout, "keyed dropout, optionally fused with the preceding ReLU");
 }

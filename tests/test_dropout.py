@@ -40,13 +40,14 @@ def test_native_and_torch_paths_draw_the_same_masks(monkeypatch):
     ids = torch.randperm(3000)
     x = torch.randn(3000, 37, requires_grad=True)
     key = stream_key(2, 5, 1)
+    upstream = torch.randn(3000, 37)
     outs = {}
     for kernel in ("native", "torch"):
         monkeypatch.setenv(native.KERNEL_ENV, kernel)
         for relu in (False, True):
             x.grad = None
             out = dropout.keyed_dropout(x, ids, key, 0.3, training=True, relu=relu)
-            out.backward(torch.ones_like(out))
+            out.backward(upstream)
             outs[kernel, relu] = (out.detach(), x.grad.clone())
     for relu in (False, True):
         assert torch.equal(outs["native", relu][0], outs["torch", relu][0])
