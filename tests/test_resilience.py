@@ -25,23 +25,27 @@ def train(num_parts, parts, *args, env=None, timeout=180):
     return run_mpi(num_parts, "train", "--parts", str(parts), "--no-progress", *args, env=env, timeout=timeout)
 
 
+def whole_and_resumed_losses(parts, common: list[str], tmp_path: Path, every: int, fail_at: str):
+    """Loss curves of an uninterrupted run and of one stopped by a failing rank, then resumed."""
+    whole = tmp_path / "whole.jsonl"
+    assert train(2, parts, *common, "--metrics-out", str(whole)).returncode == 0
+    ckpt, resumed = tmp_path / "ckpt", tmp_path / "resumed.jsonl"
+    done = train(2, parts, *common, "--checkpoint-dir", str(ckpt), "--checkpoint-every", str(every),
+                 "--metrics-out", str(resumed), env={"GNN_DIST_FAIL_AT": fail_at})
+    assert done.returncode != 0 and not resumed.exists()
+    stopped_at = int(fail_at.split(":")[1])
+    assert sorted(p.name for p in ckpt.iterdir())[-1] == f"epoch-{stopped_at // every * every:06d}"
+    done = train(2, parts, *common, "--checkpoint-dir", str(ckpt), "--resume", "--metrics-out", str(resumed))
+    assert done.returncode == 0, done.stderr
+    return losses(whole), losses(resumed)
+
+
 @pytest.mark.parametrize("schedule, dtype", [("exact", "fp32"), ("pipeline", "fp32"), ("stale:3", "int8"),
                                              ("adaptive:0.05", "fp32")])
 def test_stopped_and_resumed_run_equals_the_uninterrupted_one(partitioned, tmp_path, schedule, dtype):
-    parts = partitioned("synthetic:small", 2)
     common = ["--epochs", "12", "--hidden", "32", "--num-layers", "3", "--schedule", schedule, "--halo-dtype", dtype,
               "--batch-norm"]
-    whole = tmp_path / "whole.jsonl"
-    assert train(2, parts, *common, "--metrics-out", str(whole)).returncode == 0
-    ckpt = tmp_path / "ckpt"
-    resumed = tmp_path / "resumed.jsonl"
-    done = train(2, parts, *common, "--checkpoint-dir", str(ckpt), "--checkpoint-every", "4",
-                 "--metrics-out", str(resumed), env={"GNN_DIST_FAIL_AT": "1:6"})
-    assert done.returncode != 0 and not resumed.exists()
-    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-000004"]
-    done = train(2, parts, *common, "--checkpoint-dir", str(ckpt), "--resume", "--metrics-out", str(resumed))
-    assert done.returncode == 0, done.stderr
-    a, b = losses(whole), losses(resumed)
+    a, b = whole_and_resumed_losses(partitioned("synthetic:small", 2), common, tmp_path, every=4, fail_at="1:6")
     assert len(a) == len(b) == 12
     for x, y in zip(a, b):
         assert abs(x - y) <= 1e-4 * abs(x)
@@ -50,18 +54,9 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(partitioned, tmp_p
 def test_sampled_run_resumes_where_it_stopped(partitioned, tmp_path):
     # Batches, samples and dropout masks are keyed by (seed, epoch, step, rank), so a resumed
     # sampled run repeats the uninterrupted one; the feature cache changes bytes, never values.
-    parts = partitioned("synthetic:small", 2)
     common = ["--epochs", "6", "--model", "sage", "--mode", "sampled", "--fanouts", "5,5", "--batch-size", "64",
               "--hidden", "16", "--num-layers", "2", "--feature-cache-mb", "0.05"]
-    whole = tmp_path / "whole.jsonl"
-    assert train(2, parts, *common, "--metrics-out", str(whole)).returncode == 0
-    ckpt, resumed = tmp_path / "ckpt", tmp_path / "resumed.jsonl"
-    done = train(2, parts, *common, "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2",
-                 "--metrics-out", str(resumed), env={"GNN_DIST_FAIL_AT": "1:4"})
-    assert done.returncode != 0
-    done = train(2, parts, *common, "--checkpoint-dir", str(ckpt), "--resume", "--metrics-out", str(resumed))
-    assert done.returncode == 0, done.stderr
-    a, b = losses(whole), losses(resumed)
+    a, b = whole_and_resumed_losses(partitioned("synthetic:small", 2), common, tmp_path, every=2, fail_at="1:5")
     assert len(a) == len(b) == 6
     for x, y in zip(a, b):
         assert abs(x - y) <= 1e-6 * abs(x)
