@@ -161,12 +161,20 @@ def test_codecs_put_the_promised_bytes_on_the_wire(partitioned, codec, row_bytes
         assert (halos[0] - truth).abs().max() <= tolerance
 
 
-def test_fp16_keeps_tiny_gradients():
+@pytest.mark.parametrize("seed", range(5))
+def test_fp16_keeps_tiny_gradients(seed):
     codec = make_codec("fp16")
-    rows = torch.randn(50, 8) * 1e-9  # a mean loss over many nodes gives gradients this small
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randn(50, 8, generator=generator) * 1e-9  # a mean loss over many nodes gives gradients this small
+    assert (rows.half().float() == 0).all()  # a plain fp16 cast flushes all of them to zero
     out = torch.empty_like(rows)
     codec.decode(codec.encode(rows), out)
-    assert torch.allclose(out, rows, rtol=1e-3, atol=0)
+    # fp16's bound on row-scaled values: half an ulp of the element (11-bit significand), or of
+    # the smallest subnormal step when the element is below 2**-14 of its row's largest
+    row_max = rows.abs().amax(1, keepdim=True)
+    bound = 2.0**-11 * rows.abs() + 2.0**-25 * row_max
+    assert ((out - rows).abs() <= bound * 1.001).all()
+    assert (out[rows != 0] != 0).float().mean() > 0.99
 
 
 def test_int8_rounding_is_unbiased():
