@@ -33,6 +33,8 @@ from gnn_dist.comm import Comm
 from kernels.native import native_module
 from partition.format import PartData
 
+_COMPACT_REQUESTS = 1 << 22  # raw request ids kept before folding them into counts
+
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
@@ -230,13 +232,29 @@ class FeatureStore:
         local_global = self.sampler.local_to_global
         self.known_order = np.argsort(local_global)
         self.known_sorted = local_global[self.known_order]
-        self.requested: list[np.ndarray] = []
+        self.requested: list[np.ndarray] = []  # ids asked since the last compaction
+        self.counted = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # (sorted ids, times asked)
+
+    def _record_requests(self, ids: np.ndarray) -> None:
+        self.requested.append(ids)
+        # Fold the raw ids into (id, count) pairs now and then, so an epoch of requests on a
+        # large graph costs memory in distinct nodes, not in requests.
+        if sum(len(r) for r in self.requested) > _COMPACT_REQUESTS:
+            self.counted = self._compacted()
+
+    def _compacted(self) -> tuple[np.ndarray, np.ndarray]:
+        ids, hits = self.counted
+        raw = [ids] + self.requested
+        weights = [hits] + [np.ones(len(r), dtype=np.int64) for r in self.requested]
+        self.requested = []
+        unique, inverse = np.unique(np.concatenate(raw), return_inverse=True)
+        return unique, np.bincount(inverse, weights=np.concatenate(weights), minlength=len(unique)).astype(np.int64)
 
     def request_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, times asked) of the remote non-halo nodes recorded since the last call; clears the record."""
-        asked = np.concatenate(self.requested) if self.requested else np.zeros(0, dtype=np.int64)
-        self.requested = []
-        return np.unique(asked, return_counts=True)
+        counted = self._compacted()
+        self.counted = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        return counted
 
     def _lookup(self, ids_sorted: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if len(ids_sorted) == 0:
@@ -258,7 +276,7 @@ class FeatureStore:
         counters.halo_hits += int(local_hit.sum() - owned.sum())
         rest = np.flatnonzero(~local_hit)
         if self.count_requests:
-            self.requested.append(nodes[rest])
+            self._record_requests(nodes[rest])
         cache_hit, cache_pos = self._lookup(self.cache_ids, nodes[rest])
         if cache_hit.any():
             out[torch.from_numpy(rest[cache_hit])] = self.cache_rows[torch.from_numpy(cache_pos[cache_hit])]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from gnn_dist import sampling
 from gnn_dist.comm import run_fake_ranks
 from gnn_dist.context import RankContext
 from gnn_dist.model import ModelConfig
@@ -96,7 +97,10 @@ def test_remote_features_match_the_dataset(partitioned):
         assert hits == remote and misses == 0
 
 
-def test_cache_refill_keeps_the_most_requested_and_fetches_only_new_rows(partitioned):
+@pytest.mark.parametrize("compact_every", [None, 7])  # 7: requests are folded into counts along the way
+def test_cache_refill_keeps_the_most_requested_and_fetches_only_new_rows(partitioned, monkeypatch, compact_every):
+    if compact_every is not None:
+        monkeypatch.setattr(sampling, "_COMPACT_REQUESTS", compact_every)
     graph = load_dataset("synthetic:small")
     directory = partitioned("synthetic:small", 2)
     node_map = load_node_map(directory)
