@@ -121,7 +121,7 @@ class _NativeKeyedDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
         (mask,) = ctx.saved_tensors
-        grad_in = ctx.native.masked_scale(grad_out.to(torch.float32), mask, ctx.scale) \
+        grad_in = ctx.native.masked_scale(grad_out, mask, ctx.scale) \
             if grad_out.dtype == torch.float32 else torch.mul(grad_out, mask).mul_(ctx.scale)
         return grad_in, None, None, None, None, None
 

@@ -96,13 +96,10 @@ class SampledRun:
 
     def _fill_cache(self) -> None:
         """Counting pass: sample the first steps of epoch 0 and cache the remote nodes seen most often."""
-        seen = []
         for step, batch in enumerate(self.batches(0)[:self.config.cache_count_steps]):
             nodes, _ = self.sampler.sample(batch + self.sampler.first, 0, step)
-            seen.append(nodes)
-        nodes = np.concatenate(seen) if seen else np.zeros(0, dtype=np.int64)
-        local = np.isin(nodes, self.sampler.local_to_global)
-        ids, hits = np.unique(nodes[~local], return_counts=True)
+            self.store.count_remote(nodes)
+        ids, hits = self.store.request_counts()
         self.store.fill_cache(ids, hits, int(self.config.feature_cache_mb * 2**20))
         self.sampler.counters.reset()
 

@@ -250,6 +250,11 @@ class FeatureStore:
         unique, inverse = np.unique(np.concatenate(raw), return_inverse=True)
         return unique, np.bincount(inverse, weights=np.concatenate(weights), minlength=len(unique)).astype(np.int64)
 
+    def count_remote(self, nodes: np.ndarray) -> None:
+        """Record the nodes among `nodes` (global ids) that are neither owned nor halo, as gather does."""
+        known, _ = self._lookup(self.known_sorted, nodes)
+        self._record_requests(nodes[~known])
+
     def request_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, times asked) of the remote non-halo nodes recorded since the last call; clears the record."""
         counted = self._compacted()
@@ -269,9 +274,10 @@ class FeatureStore:
         local_hit, pos = self._lookup(self.known_sorted, nodes)
         # One index_select over all rows (others read row 0 for now and are overwritten below): a
         # single pass, where a masked gather-then-scatter would copy the local rows twice.
-        source = np.where(local_hit, self.known_order[pos], 0) if len(self.known_order) else np.zeros_like(pos)
-        out = self.x_full.index_select(0, torch.from_numpy(source)) if len(self.x_full) else \
-            torch.zeros(len(nodes), self.x_full.shape[1])
+        if len(self.x_full):
+            out = self.x_full.index_select(0, torch.from_numpy(np.where(local_hit, self.known_order[pos], 0)))
+        else:
+            out = torch.zeros(len(nodes), self.x_full.shape[1])
         owned = local_hit & (self.sampler.owner_of(nodes) == self.sampler.rank)
         counters.halo_hits += int(local_hit.sum() - owned.sum())
         rest = np.flatnonzero(~local_hit)

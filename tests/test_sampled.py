@@ -122,10 +122,17 @@ def test_cache_refill_keeps_the_most_requested_and_fetches_only_new_rows(partiti
         refill_bytes = sampler.counters.feature_bytes
         sampler.counters.reset()
         answer = store.gather(remote)
+        store.request_counts()
+        # the counting pass's path: owned and halo nodes are never counted, remote ones once each
+        halo_node = sampler.local_to_global[sampler.part.n_owned] if sampler.part.n_halo else sampler.first
+        store.count_remote(np.concatenate([remote, [sampler.first, halo_node]]))
+        counted = store.request_counts()
         return (ids, hits, hot, warm, cold, store.cache_ids, refill_bytes, answer, remote,
-                sampler.counters.cache_hits)
+                sampler.counters.cache_hits, counted)
 
-    for ids, hits, hot, warm, cold, cached, refill_bytes, answer, remote, cache_hits in run_fake_ranks(2, rank_fn):
+    for ids, hits, hot, warm, cold, cached, refill_bytes, answer, remote, cache_hits, counted in \
+            run_fake_ranks(2, rank_fn):
+        assert np.array_equal(counted[0], np.sort(remote)) and (counted[1] == 1).all()
         expected = dict(zip(np.concatenate([hot, warm, cold]).tolist(), [3] * 5 + [2] * 10 + [1] * len(cold)))
         assert dict(zip(ids.tolist(), hits.tolist())) == expected
         assert set(cached.tolist()) == set(hot.tolist()) | set(warm.tolist())
