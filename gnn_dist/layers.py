@@ -50,6 +50,7 @@ class DistGCNConv(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_dim, in_dim))
         self.bias = nn.Parameter(torch.zeros(out_dim))
+        self.out_dim = out_dim
         self.reset_parameters()
         self.operator = operator
         self.exchanger = exchanger
@@ -61,21 +62,22 @@ class DistGCNConv(nn.Module):
         with torch.no_grad():
             self.bias.zero_()
 
-    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        """The rows this layer aggregates: h itself, or h W^T when the output is the narrower side."""
+        return h if self.aggregate_first else h @ self.weight.t()
+
+    def combine(self, op: SparseOperator, source: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+        """Output rows of op's rows from the aggregated `source` (GCN has no root term: its self loop is in op)."""
         if self.aggregate_first:
-            full = self.exchanger.gather(x, self.slot) if x_full is None else x_full
-            return torch.addmm(self.bias, spmm(self.operator, full), self.weight.t())
-        if x_full is None:
-            full = self.exchanger.gather(x @ self.weight.t(), self.slot)
-        else:
-            full = x_full @ self.weight.t()
-        return spmm(self.operator, full, self.bias)
+            return torch.addmm(self.bias, spmm(op, source), self.weight.t())
+        return spmm(op, source, self.bias)
+
+    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
+        return _conv_forward(self, x, x_full)
 
     def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator) -> torch.Tensor:
         """One sampled block: block_op [n_dst, n_src] already holds the self loops and normalisation."""
-        if self.aggregate_first:
-            return torch.addmm(self.bias, spmm(block_op, h_src), self.weight.t())
-        return spmm(block_op, h_src @ self.weight.t(), self.bias)
+        return self.combine(block_op, self.transform(h_src), h_src[:block_op.shape[0]])
 
 
 class DistSAGEConv(nn.Module):
@@ -89,6 +91,7 @@ class DistSAGEConv(nn.Module):
         super().__init__()
         self.lin_l = nn.Linear(in_dim, out_dim, bias=True)
         self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
+        self.out_dim = out_dim
         self.operator = operator
         self.exchanger = exchanger
         self.slot = slot
@@ -98,24 +101,38 @@ class DistSAGEConv(nn.Module):
         linear_uniform_(self.lin_l, generator)
         linear_uniform_(self.lin_r, generator)
 
-    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
-        owned = x if x_full is None else x_full[:self.operator.shape[0]]
-        root = self.lin_r(owned)
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        """The rows this layer aggregates: h itself, or h W_l^T when the output is the narrower side."""
+        return h if self.aggregate_first else h @ self.lin_l.weight.t()
+
+    def combine(self, op: SparseOperator, source: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+        """Output rows of op's rows: the mean over `source` rows plus the root term of `root` (those rows' input)."""
         if self.aggregate_first:
-            full = self.exchanger.gather(x, self.slot) if x_full is None else x_full
-            return self.lin_l(spmm(self.operator, full)) + root
-        if x_full is None:
-            full = self.exchanger.gather(x @ self.lin_l.weight.t(), self.slot)
-        else:
-            full = x_full @ self.lin_l.weight.t()
-        return spmm(self.operator, full, self.lin_l.bias) + root
+            return self.lin_l(spmm(op, source)) + self.lin_r(root)
+        return spmm(op, source, self.lin_l.bias) + self.lin_r(root)
+
+    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
+        return _conv_forward(self, x, x_full)
 
     def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator) -> torch.Tensor:
         """One sampled block: mean over the sampled neighbours (block_op [n_dst, n_src]) plus the root term."""
-        root = self.lin_r(h_src[:block_op.shape[0]])
-        if self.aggregate_first:
-            return self.lin_l(spmm(block_op, h_src)) + root
-        return spmm(block_op, h_src @ self.lin_l.weight.t(), self.lin_l.bias) + root
+        return self.combine(block_op, self.transform(h_src), h_src[:block_op.shape[0]])
+
+
+def _conv_forward(conv, x: torch.Tensor | None, x_full: torch.Tensor | None) -> torch.Tensor:
+    """Whole-part forward of a conv: aggregate over [owned | halo] rows with the part's operator.
+
+    With x_full (the cached [owned | halo] inputs of the first layer) nothing is
+    exchanged; otherwise the transformed owned rows travel through the halo
+    exchange, so the narrower of the two widths goes on the wire.
+    """
+    if x_full is None:
+        source = conv.exchanger.gather(conv.transform(x), conv.slot)
+        owned = x
+    else:
+        source = conv.transform(x_full)
+        owned = x_full[:conv.operator.shape[0]]
+    return conv.combine(conv.operator, source, owned)
 
 
 class DistBatchNorm(nn.Module):

@@ -26,12 +26,16 @@ from kernels.native import native_module
 class SparseOperator:
     """A fixed sparse matrix A [n_rows, n_cols] and its transpose, both CSR.
 
+    A forward-only operator (transpose None: row slices and the row chunks of
+    layer-wise evaluation) costs half the memory; spmm refuses to
+    differentiate through it.
+
     Shapes:
-        matrix: [n_rows, n_cols]; transpose: [n_cols, n_rows]
+        matrix: [n_rows, n_cols]; transpose: [n_cols, n_rows] or None
     """
 
     matrix: torch.Tensor
-    transpose: torch.Tensor
+    transpose: torch.Tensor | None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -55,8 +59,20 @@ class SparseOperator:
 
     @classmethod
     def from_coo(cls, rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor,
-                 shape: tuple[int, int]) -> "SparseOperator":
-        return cls(matrix=_csr(rows, cols, values, shape), transpose=_csr(cols, rows, values, (shape[1], shape[0])))
+                 shape: tuple[int, int], with_transpose: bool = True) -> "SparseOperator":
+        transpose = _csr(cols, rows, values, (shape[1], shape[0])) if with_transpose else None
+        return cls(matrix=_csr(rows, cols, values, shape), transpose=transpose)
+
+    def row_slice(self, start: int, stop: int) -> "SparseOperator":
+        """Rows [start, stop) as a forward-only operator over the same columns; views, no copy of the entries."""
+        crow = self.matrix.crow_indices()
+        lo, hi = int(crow[start]), int(crow[stop])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            matrix = torch.sparse_csr_tensor(crow[start:stop + 1] - lo, self.matrix.col_indices()[lo:hi],
+                                             self.matrix.values()[lo:hi], size=(stop - start, self.shape[1]),
+                                             check_invariants=False)
+        return SparseOperator(matrix=matrix, transpose=None)
 
     def to_dense(self) -> torch.Tensor:
         return self.matrix.to_dense()
@@ -85,6 +101,9 @@ class _SpMM(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+        if ctx.needs_input_grad[1] and ctx.op.transpose is None:
+            raise RuntimeError("spmm: this operator is forward-only (built without its transpose): build it with "
+                               "with_transpose=True to differentiate through it")
         grad_x = _matmul(ctx.op.transpose, grad_out) if ctx.needs_input_grad[1] else None
         grad_bias = grad_out.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return None, grad_x, grad_bias
