@@ -7,15 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import statistics
 from pathlib import Path
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident set size (Linux reports KiB)."""
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
 
 class MetricsWriter:
     def __init__(self, path: str | os.PathLike | None):
