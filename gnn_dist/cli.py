@@ -12,6 +12,7 @@ import sys
 import time
 
 from gnn_dist.comm import launcher_rank
+from gnn_dist.trainer import DEFAULT_EVAL_CHUNK_NODES
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("partition", help="split a dataset into P parts on disk")
-    p.add_argument("--dataset", required=True, help="synthetic:tiny|small|arxiv, planetoid:NAME, ogbn-*, npz:PATH")
+    p.add_argument("--dataset", required=True, help="synthetic:tiny|small|arxiv|medium, planetoid:NAME, ogbn-*, npz:PATH")
     p.add_argument("--root", default=None, help="folder holding the dataset's files (planetoid, ogbn)")
     p.add_argument("--num-parts", type=int, required=True)
     p.add_argument("--out", required=True, help="partition directory to create")
@@ -67,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--weight-decay", type=float, default=5e-4)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    t.add_argument("--eval-every", type=int, default=1)
+    t.add_argument("--eval-every", type=int, default=1, help="evaluate every this many epochs (and after the last)")
+    t.add_argument("--eval-chunk-nodes", type=int, default=DEFAULT_EVAL_CHUNK_NODES,
+                   help="evaluate layer by layer over chunks of this many owned nodes: memory of one layer's "
+                        "activations plus a chunk, in both modes")
     t.add_argument("--metrics-out", default=None, help="JSON Lines file (rank 0 writes it)")
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("--checkpoint-dir", default=None, help="write checkpoints here (and resume from here)")
@@ -155,6 +159,7 @@ def train_config_from_args(args):
                           batch_norm=args.batch_norm),
         mode=args.mode, schedule=args.schedule, halo_dtype=args.halo_dtype, epochs=args.epochs, lr=args.lr,
         weight_decay=args.weight_decay, seed=args.seed, threads=args.threads, eval_every=args.eval_every,
+        eval_chunk_nodes=args.eval_chunk_nodes,
         metrics_out=args.metrics_out, progress=not args.no_progress, checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, resume=args.resume,
         timeout=args.timeout, predictions_out=args.predictions_out,

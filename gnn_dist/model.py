@@ -39,12 +39,64 @@ class ModelConfig:
         return list(zip(dims[:-1], dims[1:]))
 
 
+def normalised_rows(part: PartData, model: str, start: int, stop: int) -> tuple[torch.Tensor, ...]:
+    """COO entries of the normalised operator's rows [start, stop): (rows - start, columns, float32 values).
+
+    Columns index [owned | halo]. Normalisation uses the global degrees of the
+    part file, so these rows equal the whole-graph operator's rows. The whole
+    part's operator and the row chunks of layer-wise evaluation both come from
+    here, so they hold the same values in the same order.
+    """
+    lo, hi = int(part.indptr[start]), int(part.indptr[stop])
+    rows = np.repeat(np.arange(stop - start, dtype=np.int64), np.diff(part.indptr[start:stop + 1]))
+    cols = np.asarray(part.indices[lo:hi], dtype=np.int64)
+    deg = part.deg
+    if model == "gcn":
+        # PyG's gcn_norm: self loops added, weight 1 / sqrt((deg_i + 1)(deg_j + 1)).
+        rows = np.concatenate([rows, np.arange(stop - start, dtype=np.int64)])
+        cols = np.concatenate([cols, np.arange(start, stop, dtype=np.int64)])
+        values = 1.0 / np.sqrt((deg[rows + start] + 1.0) * (deg[cols] + 1.0))
+    else:
+        # Mean over in-neighbours; a row with no neighbours stays empty (aggregates to 0).
+        values = 1.0 / deg[rows + start].astype(np.float64) if rows.size else np.zeros(0)
+    return torch.from_numpy(rows), torch.from_numpy(cols), torch.from_numpy(values.astype(np.float32))
+
+
+class OperatorRows:
+    """Row chunks of an operator already built (full-batch mode): slices, no new entries."""
+
+    def __init__(self, operator: SparseOperator):
+        self.operator = operator
+
+    def rows(self, start: int, stop: int) -> SparseOperator:
+        return self.operator.row_slice(start, stop)
+
+
+class PartRows:
+    """Row chunks built from the part's CSR when asked (sampled mode keeps no whole-part operator).
+
+    Each chunk is forward-only and lives only while its rows are computed, so
+    evaluation holds at most one chunk's entries at a time.
+    """
+
+    def __init__(self, part: PartData, model: str):
+        self.part = part
+        self.model = model
+        self.n_cols = part.n_owned + part.n_halo
+
+    def rows(self, start: int, stop: int) -> SparseOperator:
+        rows, cols, values = normalised_rows(self.part, self.model, start, stop)
+        return SparseOperator.from_coo(rows, cols, values, (stop - start, self.n_cols), with_transpose=False)
+
+
 @dataclass(frozen=True)
 class LocalGraph:
     """Owned nodes' data and the sparse operators over [owned | halo] columns.
 
     Normalisation uses global degrees (stored in the part file), so the
     operators equal the whole-graph ones restricted to this rank's rows.
+    `operator` (with its transpose, for training) exists only when built with
+    whole_operator=True; `rows` gives any row range's operator either way.
     """
 
     n_owned: int
@@ -57,32 +109,23 @@ class LocalGraph:
     train_mask: torch.Tensor
     val_mask: torch.Tensor
     test_mask: torch.Tensor
-    operator: SparseOperator
+    operator: SparseOperator | None
+    rows: OperatorRows | PartRows
 
     @classmethod
-    def from_part(cls, part: PartData, model: str) -> "LocalGraph":
+    def from_part(cls, part: PartData, model: str, whole_operator: bool = True) -> "LocalGraph":
         n_owned, n_halo = part.n_owned, part.n_halo
-        rows = np.repeat(np.arange(n_owned, dtype=np.int64), np.diff(part.indptr))
-        cols = part.indices
-        deg = part.deg.astype(np.float64)
-        if model == "gcn":
-            # PyG's gcn_norm: self loops added, weight 1 / sqrt((deg_i + 1)(deg_j + 1)).
-            loop = np.arange(n_owned, dtype=np.int64)
-            rows = np.concatenate([rows, loop])
-            cols = np.concatenate([cols, loop])
-            values = 1.0 / np.sqrt((deg[rows] + 1.0) * (deg[cols] + 1.0))
-        else:
-            # Mean over in-neighbours; a row with no neighbours stays empty (aggregates to 0).
-            values = 1.0 / deg[rows] if rows.size else np.zeros(0)
-        operator = SparseOperator.from_coo(torch.from_numpy(rows), torch.from_numpy(cols),
-                                           torch.from_numpy(values.astype(np.float32)), (n_owned, n_owned + n_halo))
+        operator, rows = None, PartRows(part, model)
+        if whole_operator:
+            operator = SparseOperator.from_coo(*normalised_rows(part, model, 0, n_owned), (n_owned, n_owned + n_halo))
+            rows = OperatorRows(operator)
         return cls(
             n_owned=n_owned, n_halo=n_halo,
             node_ids=torch.from_numpy(part.node_ids), halo_ids=torch.from_numpy(part.halo_ids),
             local_ids=torch.from_numpy(np.concatenate([part.node_ids, part.halo_ids])),
             x=torch.from_numpy(part.x), y=torch.from_numpy(part.y),
             train_mask=torch.from_numpy(part.train_mask), val_mask=torch.from_numpy(part.val_mask),
-            test_mask=torch.from_numpy(part.test_mask), operator=operator,
+            test_mask=torch.from_numpy(part.test_mask), operator=operator, rows=rows,
         )
 
 
@@ -132,6 +175,44 @@ class DistGNN(nn.Module):
                 h = conv(keyed_dropout(h, graph.node_ids, key, p, self.training, relu=True))
             if k < len(self.convs) - 1 and self.norms is not None:
                 h = self.norms[k](h)
+        return h
+
+    @torch.no_grad()
+    def forward_layerwise(self, x_full: torch.Tensor, chunk_nodes: int) -> torch.Tensor:
+        """Eval-mode logits of all owned nodes, one layer at a time, in chunks of `chunk_nodes` rows.
+
+        Equal to forward() in eval mode. Each layer's input is exchanged once
+        (the same rows and bytes as forward) and freed after the layer. Only
+        that layer's [owned | halo] source, its output and one chunk's operator
+        rows and temporaries are alive at once, and the operator rows come from
+        graph.rows, so no whole-part operator is needed.
+
+        Shapes:
+            x_full [n_owned + n_halo, F] -> logits [n_owned, C]
+        """
+        if chunk_nodes < 1:
+            raise ValueError(f"--eval-chunk-nodes must be at least 1, got {chunk_nodes}")
+        if self.training:
+            # BatchNorm would then reduce statistics per chunk, and chunk counts differ across ranks.
+            raise RuntimeError("forward_layerwise computes eval-mode logits: call model.eval() first")
+        self.exchanger.begin_pass(self.epoch, False)
+        n = self.graph.n_owned
+        h = x_full[:n]
+        last = len(self.convs) - 1
+        for k, conv in enumerate(self.convs):
+            # Layer 0's halo inputs are the cached features: nothing to exchange.
+            source = conv.transform(x_full) if k == 0 else conv.exchanger.gather(conv.transform(h), conv.slot)
+            out = torch.empty(n, conv.out_dim)
+            for start in range(0, n, chunk_nodes):
+                stop = min(n, start + chunk_nodes)
+                y = conv.combine(self.graph.rows.rows(start, stop), source, h[start:stop])
+                if k < last:
+                    if self.norms is not None:
+                        y = self.norms[k](y)
+                    y = torch.relu_(y)  # eval mode: dropout is the identity, so only the ReLU remains
+                out[start:stop] = y
+            del source
+            h = out
         return h
 
 

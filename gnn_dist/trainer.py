@@ -30,7 +30,8 @@ from gnn_dist.codec import HALO_DTYPES, make_codec
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.metrics import MetricsWriter, peak_rss_bytes, summarise
+from gnn_dist.memory import PhasePeaks, release_free_heap
+from gnn_dist.metrics import MetricsWriter, summarise
 from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
 from gnn_dist.sampled import SampledConfig, SampledRun
 from gnn_dist.schedules import parse_schedule
@@ -39,6 +40,7 @@ from kernels.native import native_module
 from partition.format import load_meta, load_part
 
 MODES = ("full", "sampled")
+DEFAULT_EVAL_CHUNK_NODES = 16384  # rows per chunk: 16 MiB per temporary at width 256, a small share of a layer
 FAIL_AT_ENV = "GNN_DIST_FAIL_AT"  # "RANK:EPOCH[:hang]": raise (or hang) on that rank at that epoch (failure tests)
 
 
@@ -67,6 +69,9 @@ class TrainConfig:
     resume: bool = False
     timeout: float = 600.0  # seconds without progress before the watchdog aborts the job; 0 disables
     predictions_out: str | None = None  # .npy of every node's predicted class, by original id (rank 0 writes)
+    # Evaluation runs layer by layer over the owned nodes in chunks of this many rows (gnn_dist.model.
+    # DistGNN.forward_layerwise): memory is one layer's activations plus a chunk, never a whole forward.
+    eval_chunk_nodes: int = DEFAULT_EVAL_CHUNK_NODES
     sampled: SampledConfig = field(default_factory=SampledConfig)  # used with mode="sampled"
 
     def validate(self) -> None:
@@ -93,6 +98,8 @@ class TrainConfig:
             raise ValueError(f"--threads must be at least 1, got {self.threads}")
         if self.eval_every < 1:
             raise ValueError(f"--eval-every must be at least 1, got {self.eval_every}")
+        if self.eval_chunk_nodes < 1:
+            raise ValueError(f"--eval-chunk-nodes must be at least 1, got {self.eval_chunk_nodes}")
         if self.checkpoint_every < 1:
             raise ValueError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
         if self.keep_checkpoints < 1:
@@ -125,6 +132,7 @@ class RankState:
     records: list = dataclasses.field(default_factory=list)
     sampled_run: object = None
     flat_sampled: torch.Tensor | None = None
+    memory: PhasePeaks | None = None  # peak RSS per phase (set by train(); absent when a test drives the steps)
 
 
 def _agree_on_setup(ctx: RankContext, build) -> object:
@@ -168,9 +176,14 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     plan = HaloPlan.from_part(part)
     exchanger = HaloExchanger(ctx.comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
                               schedule=parse_schedule(config.schedule, config.seed), beat=watchdog.beat)
-    graph = LocalGraph.from_part(part, config.model.model)
+    # Sampled training aggregates over its batches' blocks and evaluates chunk by chunk from the part's CSR,
+    # so only full-batch training builds the whole part's operator and its transpose.
+    graph = LocalGraph.from_part(part, config.model.model, whole_operator=config.mode == "full")
     x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)])
     graph = dataclasses.replace(graph, x=x_full[:graph.n_owned])  # one copy of the features, not two
+    # Sampled mode keeps the part (its CSR) for sampling and evaluation: point its features at the same
+    # rows too, or the part file's copy would stay resident beside x_full.
+    part.arrays["x"] = graph.x.numpy()
     setup_halo_bytes = _sum_over_ranks(ctx, [exchanger.counters.halo_bytes])[0]
     exchanger.counters.reset()
 
@@ -262,11 +275,10 @@ def train_step(state: RankState, epoch: int) -> float:
 
 @torch.no_grad()
 def evaluate(state: RankState) -> dict:
-    """Train/val/test accuracy over all ranks' owned nodes (fractions in [0, 1])."""
+    """Train/val/test accuracy over all ranks' owned nodes (fractions in [0, 1]), layer by layer in chunks."""
     state.model.eval()
-    graph = state.graph
-    logits = state.model(state.x_full)
-    return accuracies(state.ctx, logits, graph)
+    logits = state.model.forward_layerwise(state.x_full, state.config.eval_chunk_nodes)
+    return accuracies(state.ctx, logits, state.graph)
 
 
 def accuracies(ctx: RankContext, logits: torch.Tensor, graph: LocalGraph) -> dict:
@@ -320,6 +332,7 @@ def run_epochs(state: RankState) -> list[dict]:
     beat = state.watchdog.beat
     for epoch in range(state.start_epoch, config.epochs):
         _maybe_inject_failure(ctx.rank, epoch)
+        _enter_phase(state, "train")
         counters.reset()
         beat(f"epoch {epoch}: training step")
         start = time.perf_counter()
@@ -336,7 +349,9 @@ def run_epochs(state: RankState) -> list[dict]:
         eval_start = time.perf_counter()
         beat(f"epoch {epoch}: evaluation")
         if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
+            _enter_phase(state, "eval")
             last_acc = evaluate(state)
+            _enter_phase(state, "train")
         eval_s = time.perf_counter() - eval_start
         halo_bytes, halo_rows, allreduce_bytes, rows_skipped, eval_halo_bytes = _sum_over_ranks(
             ctx, [train_traffic[0], train_traffic[1], train_traffic[2], train_traffic[4], counters.halo_bytes])
@@ -364,26 +379,52 @@ def run_epochs(state: RankState) -> list[dict]:
     return records
 
 
+def _enter_phase(state: RankState, phase: str) -> None:
+    release_free_heap()  # what one phase freed must not stay resident under the next phase's peak
+    if state.memory is not None:
+        state.memory.enter(phase)
+
+
+def _memory_report(ctx: RankContext, memory: PhasePeaks) -> dict:
+    """Peak RSS of every rank, and of each phase on the rank where that phase peaked (bytes)."""
+    phases = memory.stop()
+    per_rank = [int(v) for v in ctx.comm.allgather_object(max(phases.values()))]
+    names = ("setup", "train", "eval")
+    worst = _max_over_ranks(ctx, [float(phases.get(name, 0)) for name in names])
+    report = {"peak_rss_bytes": max(per_rank), "peak_rss_bytes_per_rank": per_rank}
+    for name, value in zip(names, worst):
+        report[f"{name}_peak_rss_bytes"] = int(value) if value else None
+    return report
+
+
 def train(ctx: RankContext, config: TrainConfig) -> dict:
     """Train on this rank's part; returns the final record (the same on every rank)."""
-    state = setup(ctx, config)
+    memory = PhasePeaks("setup")
+    try:
+        state = setup(ctx, config)
+    except BaseException:
+        memory.stop()
+        raise
+    state.memory = memory
     complete = False
     try:
         records = run_epochs(state)
         state.exchanger.finish()
         if config.predictions_out:
+            _enter_phase(state, "eval")
             write_predictions(state, config.predictions_out)
-        peak = _max_over_ranks(ctx, [peak_rss_bytes()])[0]
         final = summarise(records, {
             "dataset": state.dataset, "num_parts": ctx.size, "mode": config.mode, "schedule": config.schedule,
             "halo_dtype": config.halo_dtype, "model": config.model.model, "hidden": config.model.hidden,
             "num_layers": config.model.num_layers, "seed": config.seed, "threads": config.threads,
-            "setup_halo_bytes": int(state.setup_halo_bytes), "peak_rss_bytes": int(peak),
+            "eval_chunk_nodes": config.eval_chunk_nodes, "setup_halo_bytes": int(state.setup_halo_bytes),
+            **_memory_report(ctx, memory),
         })
         state.metrics.write(final)
         complete = True
         return final
     finally:
+        memory.stop()
         state.watchdog.stop()
         state.metrics.close(complete)
 
@@ -413,8 +454,7 @@ def write_predictions(state: RankState, path: str) -> None:
 def gather_logits(state: RankState) -> tuple[torch.Tensor, torch.Tensor]:
     """(original node ids, eval-mode logits) of this rank's owned nodes; for checks and examples."""
     state.model.eval()
-    with torch.no_grad():
-        return state.graph.node_ids, state.model(state.x_full)
+    return state.graph.node_ids, state.model.forward_layerwise(state.x_full, state.config.eval_chunk_nodes)
 
 
 __all__ = ["TrainConfig", "RankState", "setup", "compute_gradients", "train_step", "evaluate", "run_epochs", "train",

@@ -152,6 +152,7 @@ def test_corrupt_part_file_stops_every_rank(partitioned, tmp_path):
     (["--dropout", "1.0"], "--dropout must lie in [0, 1)"),
     (["--schedule", "fast"], "valid forms: exact, stale:R"),
     (["--halo-dtype", "fp8"], "valid: fp32, fp16, bf16, int8"),
+    (["--eval-chunk-nodes", "0"], "--eval-chunk-nodes must be at least 1"),
 ])
 def test_bad_hyperparameters(partitioned, args, message):
     done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:small", 2)), "--no-progress", *args,
