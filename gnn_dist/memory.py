@@ -46,7 +46,7 @@ class PhasePeaks:
     def __init__(self, first_phase: str = "setup", interval_s: float = 0.01):
         self.peaks: dict[str, int] = {}
         self.phase = first_phase
-        self._mark = 0  # the high-water mark when the current phase began; 0: the process's start
+        self._mark = peak_rss_bytes()  # the high-water mark when the current phase began
         self._sampled = current_rss_bytes()
         self._lock = threading.Lock()  # a sample must not land in the phase after the one it was taken in
         self._stop = threading.Event()

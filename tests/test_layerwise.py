@@ -6,7 +6,8 @@ graph (BatchNorm with its running statistics), never our own forward.
 from __future__ import annotations
 
 import json
-import time
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,7 +15,6 @@ import torch
 import kernels.spmm as spmm_module
 from gnn_dist.comm import run_fake_ranks
 from gnn_dist.context import RankContext
-from gnn_dist.memory import PhasePeaks, current_rss_bytes
 from gnn_dist.model import ModelConfig
 from gnn_dist.sampled import SampledConfig
 from gnn_dist.trainer import TrainConfig, accuracies, run_epochs, setup
@@ -172,22 +172,36 @@ def test_only_full_batch_mode_builds_the_whole_part_operator(partitioned, monkey
     assert sum(nnz for _, _, nnz, _ in eval_chunks) == num_layers * sum(nnz for *_, nnz in whole)
 
 
+PHASES_PROBE = """
+import json, time, torch
+from gnn_dist.memory import PhasePeaks, current_rss_bytes
+mib = 2**20
+torch.ones(1)  # torch's own start-up allocations happen before the tracker starts
+peaks = PhasePeaks("quiet", interval_s=0.005)
+base = current_rss_bytes()
+time.sleep(0.05)
+peaks.enter("big")
+big = torch.ones(256 * mib // 4)  # touched, so resident
+del big
+peaks.enter("medium")
+medium = torch.ones(96 * mib // 4)
+time.sleep(0.1)  # below the earlier high-water mark: this phase's peak comes from the sampler
+del medium
+result = peaks.stop()
+print(json.dumps({"base": base, "peaks": result, "again": peaks.stop()}))
+"""
+
+
 def test_phase_peaks_attribute_memory_to_the_phase_that_used_it():
-    mib = 2**20
-    peaks = PhasePeaks("quiet", interval_s=0.005)
-    base = current_rss_bytes()
-    peaks.enter("big")
-    big = torch.ones(256 * mib // 4)  # touched: resident
-    del big
-    peaks.enter("medium")
-    medium = torch.ones(96 * mib // 4)
-    time.sleep(0.1)  # below the earlier high-water mark, so this phase's peak comes from the sampler
-    del medium
-    result = peaks.stop()
-    assert result["big"] >= base + 240 * mib  # a new high-water mark: exact
-    assert result["quiet"] < base + 64 * mib
-    assert base + 80 * mib <= result["medium"] < result["big"]
-    assert peaks.stop() == result  # stopping twice changes nothing
+    # A fresh process, so that the 256 MiB phase is sure to raise the process's high-water mark.
+    done = subprocess.run([sys.executable, "-c", PHASES_PROBE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    probe = json.loads(done.stdout.splitlines()[-1])
+    mib, base, peaks = 2**20, probe["base"], probe["peaks"]
+    assert peaks["big"] >= base + 240 * mib  # a new high-water mark: exact
+    assert peaks["quiet"] < base + 64 * mib
+    assert base + 80 * mib <= peaks["medium"] < peaks["big"]
+    assert probe["again"] == peaks  # stopping twice changes nothing
 
 
 def test_sampled_run_reports_training_and_evaluation_peaks(partitioned, tmp_path):
