@@ -129,6 +129,7 @@ class RankState:
     partition_id: str
     watchdog: object
     start_epoch: int = 0
+    epochs_run: int = 0  # training epochs this process executed (a resumed run skips the restored ones)
     records: list = dataclasses.field(default_factory=list)
     sampled_run: object = None
     flat_sampled: torch.Tensor | None = None
@@ -210,6 +211,9 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
                       file=sys.stderr)
         else:
             state.start_epoch, state.records = restored
+            if ctx.is_root:
+                print(f"gnn-dist train: resuming at epoch {state.start_epoch} from the checkpoint in "
+                      f"{config.checkpoint_dir}", file=sys.stderr)
             for record in state.records:
                 metrics.write(record)
     return state
@@ -342,6 +346,7 @@ def run_epochs(state: RankState) -> list[dict]:
             loss = sampled["loss"]
         else:
             loss = train_step(state, epoch)
+        state.epochs_run += 1
         epoch_s = time.perf_counter() - start
         train_traffic = (counters.halo_bytes, counters.halo_rows, counters.allreduce_bytes, counters.comm_s,
                          counters.halo_rows_skipped)
@@ -418,6 +423,7 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             "halo_dtype": config.halo_dtype, "model": config.model.model, "hidden": config.model.hidden,
             "num_layers": config.model.num_layers, "seed": config.seed, "threads": config.threads,
             "eval_chunk_nodes": config.eval_chunk_nodes, "setup_halo_bytes": int(state.setup_halo_bytes),
+            "resumed_from_epoch": state.start_epoch, "epochs_run": state.epochs_run,
             **_memory_report(ctx, memory),
         })
         state.metrics.write(final)

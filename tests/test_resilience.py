@@ -25,6 +25,23 @@ def train(num_parts, parts, *args, env=None, timeout=180):
     return run_mpi(num_parts, "train", "--parts", str(parts), "--no-progress", *args, env=env, timeout=timeout)
 
 
+def final_record(path: Path) -> dict:
+    return json.loads(path.read_text().splitlines()[-1])
+
+
+def resume_and_prove_the_start(parts, args: list[str], metrics: Path, start: int):
+    """Resume, proving the run began at epoch `start`: a failure is planted at epoch start - 1, which a run
+    that silently retrained from epoch 0 would reach, and the final record counts the epochs it executed."""
+    env = {"GNN_DIST_FAIL_AT": f"0:{start - 1}"} if start > 0 else None
+    done = train(2, parts, *args, "--resume", "--metrics-out", str(metrics), env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count(f"resuming at epoch {start} from the checkpoint") == 1, done.stderr
+    final = final_record(metrics)
+    assert final["resumed_from_epoch"] == start
+    assert final["epochs_run"] == final["epochs"] - start
+    return done
+
+
 def whole_and_resumed_losses(parts, common: list[str], tmp_path: Path, every: int, fail_at: str):
     """Loss curves of an uninterrupted run and of one stopped by a failing rank, then resumed."""
     whole = tmp_path / "whole.jsonl"
@@ -35,8 +52,7 @@ def whole_and_resumed_losses(parts, common: list[str], tmp_path: Path, every: in
     assert done.returncode != 0 and not resumed.exists()
     stopped_at = int(fail_at.split(":")[1])
     assert sorted(p.name for p in ckpt.iterdir())[-1] == f"epoch-{stopped_at // every * every:06d}"
-    done = train(2, parts, *common, "--checkpoint-dir", str(ckpt), "--resume", "--metrics-out", str(resumed))
-    assert done.returncode == 0, done.stderr
+    resume_and_prove_the_start(parts, [*common, "--checkpoint-dir", str(ckpt)], resumed, stopped_at // every * every)
     return losses(whole), losses(resumed)
 
 
@@ -110,9 +126,7 @@ def test_a_killed_rank_ends_the_job_and_resume_loses_little(partitioned, tmp_pat
     assert job.returncode != 0
     assert time.monotonic() - killed_at < 60
     newest = max(int(p.name.split("-")[1]) for p in ckpt.glob("*") if (p / "MANIFEST.json").exists())
-    done = train(2, parts, "--epochs", str(newest + 2), "--checkpoint-dir", str(ckpt), "--resume",
-                 "--metrics-out", str(metrics))
-    assert done.returncode == 0, done.stderr
+    resume_and_prove_the_start(parts, ["--epochs", str(newest + 2), "--checkpoint-dir", str(ckpt)], metrics, newest)
     assert len(losses(metrics)) == newest + 2
 
 
@@ -122,6 +136,49 @@ def test_watchdog_names_the_stalled_step(partitioned):
                  env={"GNN_DIST_FAIL_AT": "1:3:hang"}, timeout=90)
     assert done.returncode != 0
     assert time.monotonic() - start < 45
+    assert "no progress for" in done.stderr and "stalled in: epoch 3" in done.stderr
+
+
+WATCHDOG_PROBE = """
+import sys, time
+from gnn_dist.watchdog import Watchdog
+
+def abort(code):
+    print("aborted", flush=True)
+    sys.stdout.flush()
+    import os
+    os._exit(3)
+
+dog = Watchdog(timeout=0.5, rank=0, abort=abort, poll=0.05)
+for step in range(int(sys.argv[1])):  # a slow phase that keeps reporting progress: 3x the timeout in all
+    time.sleep(0.1)
+    dog.beat(f"step {step}")
+print("survived", flush=True)
+time.sleep(float(sys.argv[2]))  # then silence
+dog.stop()
+print("finished", flush=True)
+"""
+
+
+@pytest.mark.parametrize("silence, expect_abort", [(0.2, False), (3.0, True)])
+def test_watchdog_waits_while_progress_is_reported_and_aborts_on_silence(silence, expect_abort):
+    done = subprocess.run([sys.executable, "-c", WATCHDOG_PROBE, "15", str(silence)], capture_output=True,
+                          text=True, timeout=60)
+    assert "survived" in done.stdout  # 1.5 s of steady beats never trip a 0.5 s timeout
+    if expect_abort:
+        assert done.returncode == 3 and "aborted" in done.stdout and "finished" not in done.stdout
+        assert "no progress for" in done.stderr and "stalled in: step 14" in done.stderr
+    else:
+        assert done.returncode == 0 and "finished" in done.stdout and "aborted" not in done.stdout
+
+
+def test_watchdog_catches_a_hang_in_sampled_mode(partitioned):
+    start = time.monotonic()
+    done = train(2, partitioned("synthetic:small", 2), "--mode", "sampled", "--model", "sage", "--fanouts", "5,5",
+                 "--batch-size", "64", "--epochs", "1000", "--timeout", "4", env={"GNN_DIST_FAIL_AT": "1:3:hang"},
+                 timeout=90)
+    assert done.returncode != 0
+    assert time.monotonic() - start < 60
     assert "no progress for" in done.stderr and "stalled in: epoch 3" in done.stderr
 
 
