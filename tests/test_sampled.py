@@ -22,8 +22,11 @@ from tests.conftest import run_cli, run_mpi
 SEEDS = np.array([3, 17, 250, 1024, 2048, 3333, 4999])
 
 
-def sample_by_original_id(directory, num_parts, fanouts, local_only=False):
-    """Each rank samples for its share of SEEDS; returns per hop the set of (target, source) original ids."""
+def sample_by_original_id(directory, num_parts, fanouts, local_only=False, as_lists=False):
+    """Each rank samples for its share of SEEDS; returns per hop the set of (target, source) original ids.
+
+    as_lists: per hop the list of pairs instead (repeats stay visible), and the levels' nodes (original ids).
+    """
     node_map = load_node_map(directory)
     new_of = np.empty_like(node_map)
     new_of[node_map] = np.arange(len(node_map))
@@ -36,27 +39,46 @@ def sample_by_original_id(directory, num_parts, fanouts, local_only=False):
         hops = []
         for level, block in enumerate(blocks):
             dst_level = nodes[:block.n_dst]
-            hops.append({(int(node_map[dst_level[d]]), int(node_map[nodes[s]]))
-                         for d, s in zip(block.dst.tolist(), block.src.tolist())})
+            pairs = [(int(node_map[dst_level[d]]), int(node_map[nodes[s]]))
+                     for d, s in zip(block.dst.tolist(), block.src.tolist())]
+            hops.append(pairs if as_lists else set(pairs))
+        if as_lists:
+            levels = [node_map[nodes[:block.n_dst]].tolist() for block in blocks] + [node_map[nodes].tolist()]
+            return hops, levels
         return hops, sampler.counters.sample_bytes, part
 
     return run_fake_ranks(num_parts, rank_fn)
 
 
-def test_samples_are_graph_edges_within_fanouts_and_independent_of_p(partitioned):
-    graph = load_dataset("synthetic:small")
-    edges = set(zip(graph.edge_index[1].tolist(), graph.edge_index[0].tolist()))  # (target, source)
-    degree = np.bincount(graph.edge_index[1], minlength=graph.num_nodes)
+def test_samples_are_independent_of_p(partitioned):
     per_p = {}
     for num_parts in (1, 2, 3):
         results = sample_by_original_id(partitioned("synthetic:small", num_parts), num_parts, [6, 4])
         per_p[num_parts] = [set().union(*(r[0][h] for r in results)) for h in range(2)]
     assert per_p[1] == per_p[2] == per_p[3]
-    first_hop = per_p[1][0]
-    assert first_hop <= edges and per_p[1][1] <= edges
-    for seed in SEEDS:
-        drawn = [s for t, s in first_hop if t == seed]
-        assert len(drawn) == len(set(drawn)) == min(degree[seed], 6)
+
+
+@pytest.mark.parametrize("num_parts", [1, 3])
+def test_every_hop_samples_its_whole_frontier_within_the_fanout(partitioned, num_parts):
+    graph = load_dataset("synthetic:small")
+    edges = set(zip(graph.edge_index[1].tolist(), graph.edge_index[0].tolist()))  # (target, source)
+    degree = np.bincount(graph.edge_index[1], minlength=graph.num_nodes)
+    fanouts = [6, 4, 3]
+    results = sample_by_original_id(partitioned("synthetic:small", num_parts), num_parts, fanouts, as_lists=True)
+    for rank, (hops, levels) in enumerate(results):
+        assert levels[0] == SEEDS[rank::num_parts].tolist()
+        for hop, (pairs, fanout) in enumerate(zip(hops, fanouts)):
+            assert set(pairs) <= edges, hop
+            assert len(pairs) == len(set(pairs)), hop  # no neighbour drawn twice for one target
+            frontier = levels[hop]
+            draws = {node: 0 for node in frontier}
+            for target, _ in pairs:
+                draws[target] += 1  # a KeyError here: a target outside the frontier
+            assert draws == {node: min(int(degree[node]), fanout) for node in frontier}, hop
+            # the next level is this frontier followed by the new sources, each once
+            new = levels[hop + 1][len(frontier):]
+            assert levels[hop + 1][:len(frontier)] == frontier
+            assert sorted(new) == sorted({s for _, s in pairs} - set(frontier))
 
 
 def test_local_sampling_sends_nothing_and_stays_in_the_halo(partitioned):
@@ -225,3 +247,93 @@ def test_native_relabel_matches_numpy(monkeypatch):
         want_new, want_src = relabel_hop(nodes, sources)
         monkeypatch.delenv("GNN_DIST_KERNEL")
         assert np.array_equal(new, want_new) and np.array_equal(src, want_src)
+
+
+def pyg_block_logits(model: str, params: dict, x_src: torch.Tensor, blocks, labels: torch.Tensor):
+    """PyG's layers on the same sampled blocks (outermost first): logits and parameter gradients of the summed loss.
+
+    SAGE: SAGEConv on the bipartite block (mean over the sampled neighbours, plus the root weight).
+    GCN in sampled mode averages over the sampled neighbours and the node itself, then transforms:
+    SimpleConv(mean) over the block's edges plus a self loop per target (targets are a prefix of the
+    sources, so target i is source i), followed by a Linear with our weight and bias.
+    """
+    import torch.nn.functional as F
+    from torch_geometric.nn import SAGEConv, SimpleConv
+
+    num_layers = len(blocks)
+    layers = []
+    for k in range(num_layers):
+        if model == "sage":
+            weight_l = params[f"convs.{k}.lin_l.weight"]
+            conv = SAGEConv(weight_l.shape[1], weight_l.shape[0]).double()
+            with torch.no_grad():
+                conv.lin_l.weight.copy_(weight_l)
+                conv.lin_l.bias.copy_(params[f"convs.{k}.lin_l.bias"])
+                conv.lin_r.weight.copy_(params[f"convs.{k}.lin_r.weight"])
+            layers.append(conv)
+        else:
+            weight = params[f"convs.{k}.weight"]
+            linear = torch.nn.Linear(weight.shape[1], weight.shape[0]).double()
+            with torch.no_grad():
+                linear.weight.copy_(weight)
+                linear.bias.copy_(params[f"convs.{k}.bias"])
+            layers.append((SimpleConv(aggr="mean"), linear))
+    h = x_src.double()
+    for k, block in enumerate(reversed(blocks)):  # blocks come hop 1 first; layer 0 reads the outermost
+        if k > 0:
+            h = torch.relu(h)
+        edge_index = torch.stack([block.src, block.dst])
+        if model == "gcn":
+            loops = torch.arange(block.n_dst)
+            edge_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
+        pair = (h, h[:block.n_dst])
+        h = layers[k](pair, edge_index) if model == "sage" else layers[k][1](layers[k][0](pair, edge_index))
+    F.cross_entropy(h, labels, reduction="sum").backward()
+    modules = layers if model == "sage" else [linear for _, linear in layers]
+    grads = {}
+    for k, module in enumerate(modules):
+        for name, p in module.named_parameters():
+            grads[f"convs.{k}.{name}"] = p.grad
+    return h.detach(), grads
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn"])
+def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model):
+    import torch.nn.functional as F
+
+    from gnn_dist.dropout import sampled_stream_key
+    from gnn_dist.model import forward_blocks
+    from gnn_dist.sampled import block_operator
+
+    graph = load_dataset("synthetic:small")
+    directory = partitioned("synthetic:small", 2)
+    node_map = load_node_map(directory)
+    config = TrainConfig(parts=str(directory), mode="sampled", progress=False, timeout=0, seed=1,
+                         model=ModelConfig(model=model, hidden=16, num_layers=3, dropout=0.0),
+                         sampled=SampledConfig(fanouts=(4, 3, 2), batch_size=40))
+
+    def rank_fn(comm):
+        state = setup(RankContext(comm), config)
+        run = state.sampled_run
+        batch = run.batches(0)[0]
+        nodes, blocks = run.sampler.sample(batch + run.sampler.first, 0, 0)
+        x = run.store.gather(nodes)
+        operators = [block_operator(b, model) for b in reversed(blocks)]
+        keys = [sampled_stream_key(1, 0, 0, comm.rank, k) for k in range(3)]
+        state.model.train()
+        logits = forward_blocks(state.model, x, operators, torch.from_numpy(nodes), keys)
+        F.cross_entropy(logits, state.graph.y[torch.from_numpy(batch)], reduction="sum").backward()
+        params = {k: p.detach().double().clone() for k, p in state.model.named_parameters()}
+        grads = {k: p.grad.double().clone() for k, p in state.model.named_parameters()}
+        return nodes, blocks, logits.detach().double(), params, grads
+
+    for nodes, blocks, logits, params, grads in run_fake_ranks(2, rank_fn):
+        assert blocks[-1].n_src > blocks[0].n_dst  # the sample reached beyond the seeds
+        original = node_map[nodes]  # the features and labels come from the dataset, not from our store
+        x_ref = torch.from_numpy(graph.x[original])
+        labels = torch.from_numpy(graph.y[original[:blocks[0].n_dst]])
+        ref_logits, ref_grads = pyg_block_logits(model, params, x_ref, blocks, labels)
+        assert (logits - ref_logits).abs().max() <= 1e-5
+        assert set(ref_grads) == set(grads)
+        for name, grad in grads.items():
+            assert (grad - ref_grads[name]).abs().max() <= 1e-4, name
