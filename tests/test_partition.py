@@ -31,6 +31,12 @@ def check_round_trip(graph: Graph, directory) -> None:
     """Every invariant of the public part format, against the dataset itself."""
     meta = load_meta(directory)
     parts = [load_part(directory, k, meta) for k in range(meta.num_parts)]
+    node_map = load_node_map(directory)
+    # node_map is a permutation of the dataset's ids (an isolated node left out would break it), and the
+    # parts own its consecutive ranges in order
+    assert np.array_equal(np.sort(node_map), np.arange(graph.num_nodes))
+    assert np.array_equal(np.concatenate([part.node_ids for part in parts]), node_map)
+    assert meta.partptr == np.cumsum([0] + [part.n_owned for part in parts]).tolist()
     owner = owner_of_original(directory)
     degree = np.bincount(graph.edge_index[1], minlength=graph.num_nodes)
 
@@ -42,6 +48,9 @@ def check_round_trip(graph: Graph, directory) -> None:
         assert np.all(owner[part.node_ids] == k)
         assert np.all(owner[part.halo_ids] == part.halo_owner)
         assert not np.isin(part.halo_ids, part.node_ids).any()
+        # the halo is minimal: every halo row is the source of at least one of this part's edges
+        used = np.unique(part.indices[part.indices >= part.n_owned]) - part.n_owned
+        assert np.array_equal(used, np.arange(part.n_halo))
         assert np.array_equal(part.x, graph.x[part.node_ids])
         assert np.array_equal(part.y, graph.y[part.node_ids])
         for mask in ("train_mask", "val_mask", "test_mask"):
@@ -65,6 +74,24 @@ def test_round_trip_synthetic(tmp_path, num_parts):
     graph = load_dataset("synthetic:small")
     partition_graph(graph, num_parts, tmp_path / "p", seed=1)
     check_round_trip(graph, tmp_path / "p")
+
+
+def test_isolated_nodes_are_owned_and_kept(tmp_path, tiny_graph):
+    extra = 7  # nodes without a single edge, appended to the tiny graph
+    n = tiny_graph.num_nodes + extra
+    rng = np.random.default_rng(0)
+    graph = Graph("isolated", tiny_graph.edge_index,
+                  np.concatenate([tiny_graph.x, rng.standard_normal((extra, tiny_graph.num_features))]).astype(
+                      np.float32),
+                  np.concatenate([tiny_graph.y, np.zeros(extra, dtype=np.int64)]),
+                  *(np.concatenate([getattr(tiny_graph, m), np.full(extra, m == "train_mask")])
+                    for m in ("train_mask", "val_mask", "test_mask")),
+                  tiny_graph.num_classes)
+    for num_parts in (1, 3):
+        out = tmp_path / f"p{num_parts}"
+        partition_graph(graph, num_parts, out)
+        check_round_trip(graph, out)
+        assert load_meta(out).num_nodes == n
 
 
 def test_round_trip_random_method(tmp_path, tiny_graph):
