@@ -35,6 +35,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _fanouts(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected one integer per layer separated by commas, like 15,10,5; "
+                                         f"got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gnn-dist", description="Distributed GNN training over METIS partitions with MPI.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -78,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--checkpoint-every", type=int, default=10, help="epochs between checkpoints")
     t.add_argument("--keep-checkpoints", type=int, default=3, help="complete checkpoints to keep")
     t.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
-    t.add_argument("--fanouts", default="10,10", help="sampled mode: neighbours per layer, outermost last")
+    t.add_argument("--fanouts", type=_fanouts, default=(10, 10),
+                   help="sampled mode: neighbours per layer, outermost last")
     t.add_argument("--batch-size", type=int, default=1024, help="sampled mode: seeds per rank per step")
     t.add_argument("--sampling", default="remote", choices=["remote", "local"],
                    help="sampled mode: sample across the whole graph, or only inside the part and its halo")
@@ -149,10 +158,6 @@ def train_config_from_args(args):
     from gnn_dist.sampled import SampledConfig
     from gnn_dist.trainer import TrainConfig
 
-    try:
-        fanouts = tuple(int(v) for v in args.fanouts.split(","))
-    except ValueError:
-        fanouts = (-1,)  # reported by SampledConfig.validate as not positive integers
     return TrainConfig(
         parts=args.parts,
         model=ModelConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers, dropout=args.dropout,
@@ -163,7 +168,7 @@ def train_config_from_args(args):
         metrics_out=args.metrics_out, progress=not args.no_progress, checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, resume=args.resume,
         timeout=args.timeout, predictions_out=args.predictions_out,
-        sampled=SampledConfig(fanouts=fanouts, batch_size=args.batch_size, sampling=args.sampling,
+        sampled=SampledConfig(fanouts=args.fanouts, batch_size=args.batch_size, sampling=args.sampling,
                               feature_cache_mb=args.feature_cache_mb),
     )
 
