@@ -1,0 +1,188 @@
+"""Named mutations of the checkpoint, schedule, sampling, halo and evaluation code, each run against its tests.
+
+    python scripts/mutants.py                      # every mutant, on this checkout
+    python scripts/mutants.py --only pipeline      # mutants whose name contains "pipeline"
+    python scripts/mutants.py --tree ../old-copy   # the same mutants on another checkout (before/after)
+
+Each mutant is a one-place change that breaks a feature on purpose: it is
+applied to a fresh copy of the tree's tracked files, and the tests named for
+it run there (python -m pytest -x, with PYTHONPATH pointing at the copy, so
+mpiexec ranks import the mutated code too). A mutant is *killed* when a test
+fails, *survives* when they all pass (a feature a test does not protect), and
+is *n/a* when the tree has no such code (an older checkout). The script exits
+1 when any mutant survives. It takes minutes (MPI tests among them), so CI
+does not run it; run it after changing the code it covers.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]  # pytest node ids or -k expressions ("-k EXPR" as one item)
+
+
+MUTANTS = [
+    Mutant("checkpoint: --resume silently starts over",
+           "gnn_dist/checkpoint.py", "    found = complete_checkpoints(directory)\n    if not found:",
+           "    found = complete_checkpoints(directory)\n    if True:",
+           ("tests/test_resilience.py::test_stopped_and_resumed_run_equals_the_uninterrupted_one",
+            "tests/test_resilience.py::test_sampled_run_resumes_where_it_stopped")),
+    Mutant("stale: refreshes every epoch",
+           "gnn_dist/schedules.py", "refresh = ex.epoch % self.refresh_every == 0 or slot not in self.cache",
+           "refresh = True", ("tests/test_schedules.py::test_stale_reuses_the_cache_and_sends_one_epoch_in_r",)),
+    Mutant("pipeline: backward uses this epoch's gradients",
+           "gnn_dist/schedules.py", "        grad_owned.index_add_(0, plan.send_idx, state.grads)",
+           "        grad_owned.index_add_(0, plan.send_idx, ex.exact_backward(grad_full) - grad_full[:plan.n_owned])",
+           ("tests/test_schedules.py::test_pipeline_uses_the_previous_epochs_rows_and_gradients",)),
+    Mutant("pipeline: forward uses this epoch's rows",
+           "gnn_dist/schedules.py", "        full[plan.n_owned:] = state.halo\n",
+           "        full[plan.n_owned:] = ex.exact_forward(x_owned)[plan.n_owned:]\n",
+           ("tests/test_schedules.py::test_pipeline_uses_the_previous_epochs_rows_and_gradients",)),
+    Mutant("adaptive: skips blocks that changed a lot",
+           "gnn_dist/schedules.py", "if change / scale < self.eps and skips[q] < self.max_skips:",
+           "if change / scale >= self.eps and skips[q] < self.max_skips:",
+           ("tests/test_schedules.py::test_adaptive_sends_exactly_the_blocks_that_changed_more_than_eps",)),
+    Mutant("adaptive: ignores the skip limit",
+           "gnn_dist/schedules.py", "if change / scale < self.eps and skips[q] < self.max_skips:",
+           "if change / scale < self.eps:",
+           ("tests/test_schedules.py::test_adaptive_skips_unchanged_blocks_within_the_bound",)),
+    Mutant("bns: drops no rows",
+           "gnn_dist/schedules.py", "        full[plan.n_owned:] = 0\n        full[plan.n_owned + halo_rows] = received",
+           "        full[plan.n_owned + halo_rows] = received",
+           ("tests/test_schedules.py::test_bns_keeps_a_fraction_agreed_by_owner_and_receiver",)),
+    Mutant("halo: gradients of halo rows never return",
+           "gnn_dist/halo.py", "        grad_owned.index_add_(0, plan.send_idx, returned)\n        return grad_owned",
+           "        return grad_owned",
+           ("tests/test_halo_fake.py::test_backward_returns_halo_gradients_to_their_owners",)),
+    Mutant("halo: payload bytes not counted",
+           "gnn_dist/halo.py", "        self.counters.halo_bytes += sent\n", "",
+           ("tests/test_mpi_train.py::test_metrics_contract_and_bytes_match_inspect",)),
+    Mutant("inspect: adaptive's flags left out of the prediction",
+           "gnn_dist/model.py", "return total + 2 * len(widths) * num_parts * (num_parts - 1) * 4", "return total",
+           ("tests/test_schedules.py::test_inspect_prediction_matches_the_written_out_formula",)),
+    Mutant("sampling: one neighbour too many per hop",
+           "gnn_dist/sampling.py", "counts, sources = self.sample_hop(nodes, fanout, sample_key(",
+           "counts, sources = self.sample_hop(nodes, fanout + 1, sample_key(",
+           ("tests/test_sampled.py::test_every_hop_samples_its_whole_frontier_within_the_fanout",)),
+    Mutant("sampling: the new frontier keeps repeated sources",
+           "gnn_dist/sampling.py", "            level = np.concatenate([nodes, new])\n            blocks.append(",
+           "            new = np.concatenate([new, new[:1]])\n            level = np.concatenate([nodes, new])\n"
+           "            blocks.append(",
+           ("tests/test_sampled.py::test_every_hop_samples_its_whole_frontier_within_the_fanout",)),
+    Mutant("sampling: remote frontier nodes get no neighbours",
+           "gnn_dist/sampling.py", "        if not self.local_only:\n            remote = np.flatnonzero(owners != self.rank)",
+           "        if False:\n            remote = np.flatnonzero(owners != self.rank)",
+           ("tests/test_sampled.py::test_every_hop_samples_its_whole_frontier_within_the_fanout",)),
+    Mutant("sampled step: SAGE's root term dropped in blocks",
+           "gnn_dist/layers.py", "            return self.lin_l(spmm(op, source)) + self.lin_r(root)",
+           "            return self.lin_l(spmm(op, source))",
+           ("tests/test_sampled.py::test_a_sampled_step_equals_pyg_on_the_same_blocks",)),
+    Mutant("sampled GCN block: no self loop",
+           "gnn_dist/sampled.py", "    rows = torch.cat([block.dst, loops])\n    cols = torch.cat([block.src, loops])",
+           "    rows = block.dst\n    cols = block.src",
+           ("tests/test_sampled.py::test_a_sampled_step_equals_pyg_on_the_same_blocks",)),
+    Mutant("evaluation: BatchNorm skipped in chunks",
+           "gnn_dist/model.py", "                    if self.norms is not None:\n                        y = self.norms[k](y)",
+           "                    if False:\n                        y = self.norms[k](y)",
+           ("tests/test_layerwise.py::test_chunked_evaluation_equals_pyg_on_the_whole_graph",)),
+    Mutant("evaluation: the last partial chunk is left out",
+           "gnn_dist/model.py", "            for start in range(0, n, chunk_nodes):",
+           "            for start in range(0, n - n % chunk_nodes, chunk_nodes):",
+           ("tests/test_layerwise.py::test_chunked_evaluation_equals_pyg_on_the_whole_graph",)),
+    Mutant("evaluation: GCN chunk rows lose the halo columns' degree",
+           "gnn_dist/model.py", "values = 1.0 / np.sqrt((deg[rows + start] + 1.0) * (deg[cols] + 1.0))",
+           "values = 1.0 / np.sqrt((deg[rows + start] + 1.0) * (deg[np.minimum(cols, stop - 1)] + 1.0))",
+           ("tests/test_layerwise.py::test_chunked_evaluation_equals_pyg_on_the_whole_graph",)),
+    Mutant("sampled mode: builds the whole-part operator again",
+           "gnn_dist/trainer.py", "whole_operator=config.mode == \"full\"", "whole_operator=True",
+           ("tests/test_layerwise.py::test_only_full_batch_mode_builds_the_whole_part_operator",)),
+    Mutant("memory: a phase that raised the high-water mark reports a sample",
+           "gnn_dist/memory.py", "peak = mark if mark > self._mark else", "peak = 0 if mark > self._mark else",
+           ("tests/test_layerwise.py::test_phase_peaks_attribute_memory_to_the_phase_that_used_it",)),
+    Mutant("validation: --eval-every 0 accepted",
+           "gnn_dist/trainer.py", "        if self.eval_every < 1:", "        if self.eval_every < 0:",
+           ("tests/test_validation.py",)),
+    Mutant("validation: --lr inf accepted",
+           "gnn_dist/trainer.py", "if not self.lr > 0 or not math.isfinite(self.lr):", "if not self.lr > 0:",
+           ("tests/test_validation.py",)),
+    Mutant("partition: the halo keeps a row no edge uses",
+           "partition/build.py", "        halos.append(np.unique(remote))",
+           # the next part's first node joins every halo, with consistent send lists: only minimality breaks
+           "        halos.append(np.unique(np.concatenate([remote, partptr[k + 1:k + 2] % partptr[-1]])))",
+           ("tests/test_partition.py::test_round_trip_synthetic[3]",)),
+]
+
+
+def tracked_files(tree: Path) -> list[str]:
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=tree, capture_output=True, text=True, check=True)
+    return [line for line in listed.stdout.splitlines() if line]
+
+
+def run_mutant(mutant: Mutant, tree: Path, files: list[str], python: str) -> tuple[str, float, str]:
+    source = tree / mutant.file
+    text = source.read_text() if source.exists() else ""
+    if text.count(mutant.old) != 1:
+        return "n/a", 0.0, f"the code to mutate is not (exactly once) in {mutant.file}"
+    with tempfile.TemporaryDirectory(prefix="gnn-dist-mutant-") as tmp:
+        copy = Path(tmp) / "tree"
+        for name in files:
+            target = copy / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(tree / name, target)
+        (copy / mutant.file).write_text(text.replace(mutant.old, mutant.new))
+        # The tests find ../shared/data beside the tree: give the copy the same neighbour.
+        shared = tree.parent / "shared"
+        if shared.exists():
+            (Path(tmp) / "shared").symlink_to(shared.resolve())
+        args = []
+        for test in mutant.tests:
+            args += test.split(" ", 1) if test.startswith("-k ") else [test]
+        start = time.perf_counter()
+        done = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args], cwd=copy,
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(copy)})
+        elapsed = time.perf_counter() - start
+    if done.returncode == 1:
+        failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+        return "killed", elapsed, failed[0] if failed else "a test failed"
+    if done.returncode == 0:
+        return "survived", elapsed, "every selected test passed"
+    return "error", elapsed, (done.stdout + done.stderr).strip().splitlines()[-1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", default=str(ROOT), help="checkout to mutate (default: this one)")
+    parser.add_argument("--only", default="", help="run only mutants whose name contains this text")
+    parser.add_argument("--python", default=sys.executable)
+    args = parser.parse_args(argv)
+    tree = Path(args.tree).resolve()
+    files = tracked_files(tree)
+    counts: dict[str, int] = {}
+    for mutant in MUTANTS:
+        if args.only not in mutant.name:
+            continue
+        verdict, elapsed, detail = run_mutant(mutant, tree, files, args.python)
+        counts[verdict] = counts.get(verdict, 0) + 1
+        print(f"{verdict:8s} {elapsed:6.1f}s  {mutant.name}: {detail}", flush=True)
+    print("summary: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())))
+    return 1 if counts.get("survived") or counts.get("error") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
