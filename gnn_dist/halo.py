@@ -200,6 +200,23 @@ class HaloExchanger:
             self.counters.comm_s += time.perf_counter() - start
             self.counters.allreduce_bytes += tensor.numel() * tensor.element_size()
 
+    def halo_rows(self, x_owned: torch.Tensor, slot: str) -> torch.Tensor:
+        """The exact halo rows of x, alone (no [owned | halo] copy); not differentiable: for evaluation.
+
+        The same rows, codec and byte count as gather's forward under the exact
+        schedule; the send rows are a temporary, not a kept buffer, so nothing
+        of the width of this exchange stays allocated after it.
+
+        Shapes: [n_owned, F] -> [n_halo, F]
+        """
+        plan = self.plan
+        halo = torch.empty(plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype)
+        if plan.num_parts == 1:
+            return halo
+        self.step = f"epoch {self.epoch}: {slot} evaluation halo exchange"
+        self.send_rows(x_owned.index_select(0, plan.send_idx), plan.send_counts, halo, plan.recv_counts)
+        return halo
+
     def fetch_once(self, x_owned: torch.Tensor) -> torch.Tensor:
         """Halo rows of a tensor that never changes (input features), in fp32; not differentiable.
 

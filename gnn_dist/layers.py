@@ -66,11 +66,18 @@ class DistGCNConv(nn.Module):
         """The rows this layer aggregates: h itself, or h W^T when the output is the narrower side."""
         return h if self.aggregate_first else h @ self.weight.t()
 
+    @property
+    def aggregation_bias(self) -> torch.Tensor | None:
+        """The bias fused into the aggregation when it runs on transformed rows (None when it is added later)."""
+        return None if self.aggregate_first else self.bias
+
+    def finish(self, aggregated: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+        """Output rows from their aggregation (GCN has no root term: its self loop is in the operator)."""
+        return torch.addmm(self.bias, aggregated, self.weight.t()) if self.aggregate_first else aggregated
+
     def combine(self, op: SparseOperator, source: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
-        """Output rows of op's rows from the aggregated `source` (GCN has no root term: its self loop is in op)."""
-        if self.aggregate_first:
-            return torch.addmm(self.bias, spmm(op, source), self.weight.t())
-        return spmm(op, source, self.bias)
+        """Output rows of op's rows from the rows `source` it aggregates."""
+        return self.finish(spmm(op, source, self.aggregation_bias), root)
 
     def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
         return _conv_forward(self, x, x_full)
@@ -105,11 +112,18 @@ class DistSAGEConv(nn.Module):
         """The rows this layer aggregates: h itself, or h W_l^T when the output is the narrower side."""
         return h if self.aggregate_first else h @ self.lin_l.weight.t()
 
+    @property
+    def aggregation_bias(self) -> torch.Tensor | None:
+        """The bias fused into the aggregation when it runs on transformed rows (None when it is added later)."""
+        return None if self.aggregate_first else self.lin_l.bias
+
+    def finish(self, aggregated: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+        """Output rows from their mean aggregation plus the root term of `root` (those rows' own input)."""
+        return (self.lin_l(aggregated) if self.aggregate_first else aggregated) + self.lin_r(root)
+
     def combine(self, op: SparseOperator, source: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
         """Output rows of op's rows: the mean over `source` rows plus the root term of `root` (those rows' input)."""
-        if self.aggregate_first:
-            return self.lin_l(spmm(op, source)) + self.lin_r(root)
-        return spmm(op, source, self.lin_l.bias) + self.lin_r(root)
+        return self.finish(spmm(op, source, self.aggregation_bias), root)
 
     def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
         return _conv_forward(self, x, x_full)

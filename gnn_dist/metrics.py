@@ -10,6 +10,7 @@ import os
 import statistics
 from pathlib import Path
 
+
 class MetricsWriter:
     def __init__(self, path: str | os.PathLike | None):
         self.path = Path(path) if path else None

@@ -10,7 +10,7 @@ from torch import nn
 from gnn_dist.dropout import keyed_dropout, stream_key
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.layers import DistBatchNorm, DistGCNConv, DistSAGEConv
-from kernels.spmm import SparseOperator
+from kernels.spmm import SparseOperator, spmm
 from partition.format import PartData
 
 MODELS = ("gcn", "sage")
@@ -181,11 +181,13 @@ class DistGNN(nn.Module):
     def forward_layerwise(self, x_full: torch.Tensor, chunk_nodes: int) -> torch.Tensor:
         """Eval-mode logits of all owned nodes, one layer at a time, in chunks of `chunk_nodes` rows.
 
-        Equal to forward() in eval mode. Each layer's input is exchanged once
-        (the same rows and bytes as forward) and freed after the layer. Only
-        that layer's [owned | halo] source, its output and one chunk's operator
-        rows and temporaries are alive at once, and the operator rows come from
-        graph.rows, so no whole-part operator is needed.
+        Equal to forward() in eval mode. Each layer's input rows travel once
+        (the same rows and bytes as forward) and are freed after the layer.
+        Owned and received halo rows stay two tensors: each chunk's operator
+        rows (from graph.rows, so no whole-part operator is needed) are split
+        at the owned/halo column boundary and aggregate each side separately,
+        so no [owned | halo] copy is made. Alive at once: the layer's input,
+        its halo rows, its output, and one chunk's operator rows and temporaries.
 
         Shapes:
             x_full [n_owned + n_halo, F] -> logits [n_owned, C]
@@ -200,18 +202,23 @@ class DistGNN(nn.Module):
         h = x_full[:n]
         last = len(self.convs) - 1
         for k, conv in enumerate(self.convs):
+            owned = conv.transform(h)
             # Layer 0's halo inputs are the cached features: nothing to exchange.
-            source = conv.transform(x_full) if k == 0 else conv.exchanger.gather(conv.transform(h), conv.slot)
+            halo = conv.transform(x_full[n:]) if k == 0 else self.exchanger.halo_rows(owned, conv.slot)
             out = torch.empty(n, conv.out_dim)
             for start in range(0, n, chunk_nodes):
                 stop = min(n, start + chunk_nodes)
-                y = conv.combine(self.graph.rows.rows(start, stop), source, h[start:stop])
+                from_owned, from_halo = self.graph.rows.rows(start, stop).split_columns(n)
+                aggregated = spmm(from_owned, owned, conv.aggregation_bias)
+                if halo.shape[0]:
+                    aggregated += spmm(from_halo, halo)
+                y = conv.finish(aggregated, h[start:stop])
                 if k < last:
                     if self.norms is not None:
                         y = self.norms[k](y)
                     y = torch.relu_(y)  # eval mode: dropout is the identity, so only the ReLU remains
                 out[start:stop] = y
-            del source
+            del owned, halo
             h = out
         return h
 

@@ -74,6 +74,33 @@ class SparseOperator:
                                              check_invariants=False)
         return SparseOperator(matrix=matrix, transpose=None)
 
+    def split_columns(self, at: int) -> tuple["SparseOperator", "SparseOperator"]:
+        """(columns [0, at), columns [at, n_cols) renumbered from 0) as forward-only operators.
+
+        A @ X equals left @ X[:at] + right @ X[at:], so the two halves of X need
+        not be one tensor (evaluation aggregates owned rows and received halo
+        rows without concatenating them). Entries keep their order within rows.
+        """
+        n_rows, n_cols = self.shape
+        if at <= 0 or at >= n_cols:  # one side is empty (a part without halo rows): nothing to mask
+            no_entries = torch.zeros(0, dtype=torch.int64)
+            empty = SparseOperator(matrix=_csr(no_entries, no_entries, torch.zeros(0, dtype=self.matrix.dtype),
+                                               (n_rows, 0)), transpose=None)
+            whole = SparseOperator(matrix=self.matrix, transpose=None)
+            return (whole, empty) if at >= n_cols else (empty, whole)
+        crow, col, values = self.matrix.crow_indices(), self.matrix.col_indices(), self.matrix.values()
+        row_of = torch.repeat_interleave(torch.arange(n_rows), (crow[1:] - crow[:-1]).to(torch.int64))
+        halves = []
+        for mask, shift, width in ((col < at, 0, at), (col >= at, at, n_cols - at)):
+            new_crow = torch.zeros(n_rows + 1, dtype=torch.int64)
+            new_crow[1:] = torch.cumsum(torch.bincount(row_of[mask], minlength=n_rows), 0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                matrix = torch.sparse_csr_tensor(new_crow.to(crow.dtype), col[mask] - shift, values[mask],
+                                                 size=(n_rows, width), check_invariants=False)
+            halves.append(SparseOperator(matrix=matrix, transpose=None))
+        return halves[0], halves[1]
+
     def to_dense(self) -> torch.Tensor:
         return self.matrix.to_dense()
 

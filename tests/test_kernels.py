@@ -128,3 +128,20 @@ def test_shape_mismatch_is_an_error():
     op, _ = random_operator(4, 5, 0.5, torch.float32, seed=4)
     with pytest.raises(ValueError, match="5 columns"):
         spmm(op, torch.randn(4, 2))
+
+
+@pytest.mark.parametrize("at", [0, 1, 17, 40])
+def test_row_slices_and_column_splits_recompose_the_dense_product(at):
+    generator = torch.Generator().manual_seed(at)
+    dense = torch.rand(30, 40, generator=generator) * (torch.rand(30, 40, generator=generator) < 0.2)
+    dense[5] = 0  # an empty row
+    op = SparseOperator.from_coo(*dense.nonzero().t(), dense[dense != 0], (30, 40))
+    x = torch.randn(40, 6, generator=generator, dtype=torch.float64).float()
+    rows = op.row_slice(7, 23)
+    assert rows.transpose is None and rows.shape == (16, 40)
+    assert torch.allclose(spmm(rows, x), dense[7:23] @ x, atol=1e-6)
+    left, right = rows.split_columns(at)
+    assert left.shape == (16, at) and right.shape == (16, 40 - at)
+    assert torch.allclose(spmm(left, x[:at]) + spmm(right, x[at:]), dense[7:23] @ x, atol=1e-6)
+    with pytest.raises(RuntimeError, match="forward-only"):
+        spmm(left, x[:at].clone().requires_grad_(True)).sum().backward()
