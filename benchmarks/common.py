@@ -14,11 +14,17 @@ def mpiexec() -> str:
     return str(local) if local.exists() else "mpiexec"
 
 
-def run_train(num_parts: int, parts_dir: Path, metrics: Path, extra: list[str], timeout: float = 3600) -> dict:
-    """One real `mpiexec -n P gnn-dist train` run; returns its final metrics record."""
-    cmd = [mpiexec(), "-n", str(num_parts), sys.executable, "-m", "gnn_dist", "train", "--parts", str(parts_dir),
-           "--metrics-out", str(metrics), "--no-progress", *extra]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+def run_train(num_parts: int, parts_dir: Path, metrics: Path, extra: list[str], timeout: float = 3600,
+              tree: Path | None = None) -> dict:
+    """One real `mpiexec -n P gnn-dist train` run; returns its final metrics record.
+
+    tree: run another checkout of gnn-dist instead (to compare with): the ranks start in that folder with
+    it first on PYTHONPATH (`python -m` puts the working folder first on sys.path, so both are needed).
+    """
+    cmd = [mpiexec(), "-n", str(num_parts), sys.executable, "-m", "gnn_dist", "train", "--parts",
+           str(Path(parts_dir).resolve()), "--metrics-out", str(Path(metrics).resolve()), "--no-progress", *extra]
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())} if tree else None
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tree)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
