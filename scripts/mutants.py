@@ -35,6 +35,14 @@ class Mutant:
     old: str
     new: str
     tests: tuple[str, ...]  # pytest node ids or -k expressions ("-k EXPR" as one item)
+    also: tuple[tuple[str, str], ...] = ()  # the same mutation as (old, new) where the code is spelt otherwise
+
+    def edit(self, text: str) -> str | None:
+        """The mutated text, or None when the code to mutate is not in it exactly once."""
+        for old, new in ((self.old, self.new), *self.also):
+            if text.count(old) == 1:
+                return text.replace(old, new)
+        return None
 
 
 MUTANTS = [
@@ -89,10 +97,13 @@ MUTANTS = [
            "gnn_dist/sampling.py", "        if not self.local_only:\n            remote = np.flatnonzero(owners != self.rank)",
            "        if False:\n            remote = np.flatnonzero(owners != self.rank)",
            ("tests/test_sampled.py::test_every_hop_samples_its_whole_frontier_within_the_fanout",)),
-    Mutant("sampled step: SAGE's root term dropped in blocks",
-           "gnn_dist/layers.py", "            return self.lin_l(spmm(op, source)) + self.lin_r(root)",
-           "            return self.lin_l(spmm(op, source))",
-           ("tests/test_sampled.py::test_a_sampled_step_equals_pyg_on_the_same_blocks",)),
+    Mutant("sampled step: SAGE's root term dropped",
+           "gnn_dist/layers.py",
+           "        return (self.lin_l(aggregated) if self.aggregate_first else aggregated) + self.lin_r(root)",
+           "        return self.lin_l(aggregated) if self.aggregate_first else aggregated",
+           ("tests/test_sampled.py::test_a_sampled_step_equals_pyg_on_the_same_blocks",),
+           also=(("        root = self.lin_r(h_src[:block_op.shape[0]])",
+                  "        root = 0 * self.lin_r(h_src[:block_op.shape[0]])"),)),
     Mutant("sampled GCN block: no self loop",
            "gnn_dist/sampled.py", "    rows = torch.cat([block.dst, loops])\n    cols = torch.cat([block.src, loops])",
            "    rows = block.dst\n    cols = block.src",
@@ -134,29 +145,28 @@ def tracked_files(tree: Path) -> list[str]:
     return [line for line in listed.stdout.splitlines() if line]
 
 
-def run_mutant(mutant: Mutant, tree: Path, files: list[str], python: str) -> tuple[str, float, str]:
+def run_mutant(mutant: Mutant, tree: Path, files: list[str], python: str, work: Path) -> tuple[str, float, str]:
+    """Run one mutant in work/tree. Every mutant of a run uses that same path, so the native kernel
+    (built under work/torch_extensions, apart from the user's cache) compiles once per run, not per mutant."""
     source = tree / mutant.file
-    text = source.read_text() if source.exists() else ""
-    if text.count(mutant.old) != 1:
+    mutated = mutant.edit(source.read_text()) if source.exists() else None
+    if mutated is None:
         return "n/a", 0.0, f"the code to mutate is not (exactly once) in {mutant.file}"
-    with tempfile.TemporaryDirectory(prefix="gnn-dist-mutant-") as tmp:
-        copy = Path(tmp) / "tree"
-        for name in files:
-            target = copy / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(tree / name, target)
-        (copy / mutant.file).write_text(text.replace(mutant.old, mutant.new))
-        # The tests find ../shared/data beside the tree: give the copy the same neighbour.
-        shared = tree.parent / "shared"
-        if shared.exists():
-            (Path(tmp) / "shared").symlink_to(shared.resolve())
-        args = []
-        for test in mutant.tests:
-            args += test.split(" ", 1) if test.startswith("-k ") else [test]
-        start = time.perf_counter()
-        done = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args], cwd=copy,
-                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(copy)})
-        elapsed = time.perf_counter() - start
+    copy = work / "tree"
+    shutil.rmtree(copy, ignore_errors=True)
+    for name in files:
+        target = copy / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(tree / name, target)
+    (copy / mutant.file).write_text(mutated)
+    args = []
+    for test in mutant.tests:
+        args += test.split(" ", 1) if test.startswith("-k ") else [test]
+    start = time.perf_counter()
+    done = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args], cwd=copy,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(copy), "TORCH_EXTENSIONS_DIR": str(work / "ext")})
+    elapsed = time.perf_counter() - start
     if done.returncode == 1:
         failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
         return "killed", elapsed, failed[0] if failed else "a test failed"
@@ -174,12 +184,18 @@ def main(argv: list[str] | None = None) -> int:
     tree = Path(args.tree).resolve()
     files = tracked_files(tree)
     counts: dict[str, int] = {}
-    for mutant in MUTANTS:
-        if args.only not in mutant.name:
-            continue
-        verdict, elapsed, detail = run_mutant(mutant, tree, files, args.python)
-        counts[verdict] = counts.get(verdict, 0) + 1
-        print(f"{verdict:8s} {elapsed:6.1f}s  {mutant.name}: {detail}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="gnn-dist-mutants-") as tmp:
+        work = Path(tmp)
+        # The tests find ../shared/data beside the tree: give the copy the same neighbour.
+        shared = tree.parent / "shared"
+        if shared.exists():
+            (work / "shared").symlink_to(shared.resolve())
+        for mutant in MUTANTS:
+            if args.only not in mutant.name:
+                continue
+            verdict, elapsed, detail = run_mutant(mutant, tree, files, args.python, work)
+            counts[verdict] = counts.get(verdict, 0) + 1
+            print(f"{verdict:8s} {elapsed:6.1f}s  {mutant.name}: {detail}", flush=True)
     print("summary: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())))
     return 1 if counts.get("survived") or counts.get("error") else 0
 
