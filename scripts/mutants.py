@@ -2,14 +2,20 @@
 
     python scripts/mutants.py                      # every mutant, on this checkout
     python scripts/mutants.py --only pipeline      # mutants whose name contains "pipeline"
-    python scripts/mutants.py --tree ../old-copy   # the same mutants on another checkout (before/after)
+    python scripts/mutants.py --tree ../old-copy --whole-files   # the same mutants on another checkout
 
 Each mutant is a one-place change that breaks a feature on purpose: it is
 applied to a fresh copy of the tree's tracked files, and the tests named for
 it run there (python -m pytest -x, with PYTHONPATH pointing at the copy, so
 mpiexec ranks import the mutated code too). A mutant is *killed* when a test
 fails, *survives* when they all pass (a feature a test does not protect), and
-is *n/a* when the tree has no such code (an older checkout). The script exits
+is *n/a* when the tree has no such code (an older checkout). A kill counts only
+when the failing test passes again on the unmutated tree; otherwise the mutant
+is reported *flaky*, naming the test. --whole-files runs
+the whole test files named for a mutant rather than its test ids (and, where
+a file is missing in that tree, every test not marked mpi): the fair way to
+ask an older checkout, whose tests have other names, whether anything catches
+the mutant. The script exits
 1 when any mutant survives. It takes minutes (MPI tests among them), so CI
 does not run it; run it after changing the code it covers.
 """
@@ -57,6 +63,9 @@ MUTANTS = [
     Mutant("pipeline: backward uses this epoch's gradients",
            "gnn_dist/schedules.py", "        grad_owned.index_add_(0, plan.send_idx, state.grads)",
            "        grad_owned.index_add_(0, plan.send_idx, ex.exact_backward(grad_full) - grad_full[:plan.n_owned])",
+           ("tests/test_schedules.py::test_pipeline_uses_the_previous_epochs_rows_and_gradients",)),
+    Mutant("pipeline: gradients stay those of the first epoch (same bytes)",
+           "gnn_dist/schedules.py", "                self._smooth(state.grads, state.recv_grads)", "                pass",
            ("tests/test_schedules.py::test_pipeline_uses_the_previous_epochs_rows_and_gradients",)),
     Mutant("pipeline: forward uses this epoch's rows",
            "gnn_dist/schedules.py", "        full[plan.n_owned:] = state.halo\n",
@@ -145,7 +154,45 @@ def tracked_files(tree: Path) -> list[str]:
     return [line for line in listed.stdout.splitlines() if line]
 
 
-def run_mutant(mutant: Mutant, tree: Path, files: list[str], python: str, work: Path) -> tuple[str, float, str]:
+def selected_tests(mutant: Mutant, tree: Path, whole_files: bool) -> list[str]:
+    """pytest arguments for a mutant: its test ids, or with whole_files the files that hold them."""
+    if not whole_files:
+        args = []
+        for test in mutant.tests:
+            args += test.split(" ", 1) if test.startswith("-k ") else [test]
+        return args
+    names = sorted({test.split("::")[0] for test in mutant.tests if not test.startswith("-k ")})
+    present = [name for name in names if (tree / name).exists()]
+    return present or ["tests", "-m", "not mpi"]
+
+
+def copy_tree(tree: Path, files: list[str], copy: Path) -> None:
+    shutil.rmtree(copy, ignore_errors=True)
+    for name in files:
+        target = copy / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(tree / name, target)
+
+
+def test_env(copy: Path, work: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": str(copy), "TORCH_EXTENSIONS_DIR": str(work / "ext")}
+
+
+def build_native_kernel(tree: Path, files: list[str], python: str, work: Path) -> None:
+    """Compile the native kernel once, from the unmutated tree, before any mutant runs.
+
+    Built lazily instead, the first test to need it compiles it inside simulated
+    ranks' threads, and such a first test can fail on timing alone: a mutant
+    would then count as killed by a failure it did not cause.
+    """
+    copy = work / "tree"
+    copy_tree(tree, files, copy)
+    subprocess.run([python, "-c", "from kernels.native import native_module; native_module()"], cwd=copy,
+                   env=test_env(copy, work), capture_output=True, text=True, check=True)
+
+
+def run_mutant(mutant: Mutant, tree: Path, files: list[str], python: str, work: Path,
+               whole_files: bool = False) -> tuple[str, float, str]:
     """Run one mutant in work/tree. Every mutant of a run uses that same path, so the native kernel
     (built under work/torch_extensions, apart from the user's cache) compiles once per run, not per mutant."""
     source = tree / mutant.file
@@ -153,23 +200,25 @@ def run_mutant(mutant: Mutant, tree: Path, files: list[str], python: str, work: 
     if mutated is None:
         return "n/a", 0.0, f"the code to mutate is not (exactly once) in {mutant.file}"
     copy = work / "tree"
-    shutil.rmtree(copy, ignore_errors=True)
-    for name in files:
-        target = copy / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(tree / name, target)
+    copy_tree(tree, files, copy)
     (copy / mutant.file).write_text(mutated)
-    args = []
-    for test in mutant.tests:
-        args += test.split(" ", 1) if test.startswith("-k ") else [test]
+    args = selected_tests(mutant, tree, whole_files)
     start = time.perf_counter()
     done = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args], cwd=copy,
-                          capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(copy), "TORCH_EXTENSIONS_DIR": str(work / "ext")})
+                          capture_output=True, text=True, env=test_env(copy, work))
     elapsed = time.perf_counter() - start
     if done.returncode == 1:
         failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
-        return "killed", elapsed, failed[0] if failed else "a test failed"
+        if not failed:
+            return "killed", elapsed, "a test failed"
+        # The control: the failing test must pass on the unmutated tree, or the kill proves nothing.
+        test_id = failed[0][len("FAILED "):].split(" - ")[0]  # ids may hold spaces; pytest ends them with " - "
+        copy_tree(tree, files, copy)
+        control = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_id], cwd=copy,
+                                 capture_output=True, text=True, env=test_env(copy, work))
+        if control.returncode != 0:
+            return "flaky", elapsed, f"{test_id} fails without the mutation too"
+        return "killed", elapsed, failed[0]
     if done.returncode == 0:
         return "survived", elapsed, "every selected test passed"
     return "error", elapsed, (done.stdout + done.stderr).strip().splitlines()[-1]
@@ -180,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", default=str(ROOT), help="checkout to mutate (default: this one)")
     parser.add_argument("--only", default="", help="run only mutants whose name contains this text")
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--whole-files", action="store_true",
+                        help="run the whole test files named for each mutant (for checkouts whose tests differ)")
     args = parser.parse_args(argv)
     tree = Path(args.tree).resolve()
     files = tracked_files(tree)
@@ -190,14 +241,15 @@ def main(argv: list[str] | None = None) -> int:
         shared = tree.parent / "shared"
         if shared.exists():
             (work / "shared").symlink_to(shared.resolve())
+        build_native_kernel(tree, files, args.python, work)
         for mutant in MUTANTS:
             if args.only not in mutant.name:
                 continue
-            verdict, elapsed, detail = run_mutant(mutant, tree, files, args.python, work)
+            verdict, elapsed, detail = run_mutant(mutant, tree, files, args.python, work, args.whole_files)
             counts[verdict] = counts.get(verdict, 0) + 1
             print(f"{verdict:8s} {elapsed:6.1f}s  {mutant.name}: {detail}", flush=True)
     print("summary: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())))
-    return 1 if counts.get("survived") or counts.get("error") else 0
+    return 1 if counts.get("survived") or counts.get("error") or counts.get("flaky") else 0
 
 
 if __name__ == "__main__":
