@@ -30,7 +30,7 @@ from gnn_dist.codec import HALO_DTYPES, make_codec
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.memory import PhasePeaks, release_free_heap
+from gnn_dist.memory import PhasePeaks, peak_rss_bytes, release_free_heap
 from gnn_dist.metrics import MetricsWriter, summarise
 from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
 from gnn_dist.sampled import SampledConfig, SampledRun
@@ -391,9 +391,13 @@ def _enter_phase(state: RankState, phase: str) -> None:
 
 
 def _memory_report(ctx: RankContext, memory: PhasePeaks) -> dict:
-    """Peak RSS of every rank, and of each phase on the rank where that phase peaked (bytes)."""
+    """Peak RSS of every rank, and of each phase on the rank where that phase peaked (bytes).
+
+    A rank's figure is its process's own peak (never reset, so it bounds every phase and matches what
+    /usr/bin/time reports), which also covers whatever ran before train() was called.
+    """
     phases = memory.stop()
-    per_rank = [int(v) for v in ctx.comm.allgather_object(max(phases.values()))]
+    per_rank = [int(v) for v in ctx.comm.allgather_object(peak_rss_bytes())]
     names = ("setup", "train", "eval")
     worst = _max_over_ranks(ctx, [float(phases.get(name, 0)) for name in names])
     report = {"peak_rss_bytes": max(per_rank), "peak_rss_bytes_per_rank": per_rank}
