@@ -67,11 +67,8 @@ class SparseOperator:
         """Rows [start, stop) as a forward-only operator over the same columns; views, no copy of the entries."""
         crow = self.matrix.crow_indices()
         lo, hi = int(crow[start]), int(crow[stop])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            matrix = torch.sparse_csr_tensor(crow[start:stop + 1] - lo, self.matrix.col_indices()[lo:hi],
-                                             self.matrix.values()[lo:hi], size=(stop - start, self.shape[1]),
-                                             check_invariants=False)
+        matrix = _csr_tensor(crow[start:stop + 1] - lo, self.matrix.col_indices()[lo:hi],
+                             self.matrix.values()[lo:hi], (stop - start, self.shape[1]))
         return SparseOperator(matrix=matrix, transpose=None)
 
     def split_columns(self, at: int) -> tuple["SparseOperator", "SparseOperator"]:
@@ -94,10 +91,7 @@ class SparseOperator:
         for mask, shift, width in ((col < at, 0, at), (col >= at, at, n_cols - at)):
             new_crow = torch.zeros(n_rows + 1, dtype=torch.int64)
             new_crow[1:] = torch.cumsum(torch.bincount(row_of[mask], minlength=n_rows), 0)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                matrix = torch.sparse_csr_tensor(new_crow.to(crow.dtype), col[mask] - shift, values[mask],
-                                                 size=(n_rows, width), check_invariants=False)
+            matrix = _csr_tensor(new_crow.to(crow.dtype), col[mask] - shift, values[mask], (n_rows, width))
             halves.append(SparseOperator(matrix=matrix, transpose=None))
         return halves[0], halves[1]
 
@@ -113,10 +107,15 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tu
     if max(len(cols), shape[1]) < 2**31:
         # int32 indices: half the index bytes the kernels stream per non-zero
         crow, cols = crow.to(torch.int32), cols.to(torch.int32)
+    return _csr_tensor(crow, cols, values.contiguous(), shape)
+
+
+def _csr_tensor(crow: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """A CSR tensor from arrays already in CSR order (unchecked: the callers build them valid)."""
     with warnings.catch_warnings():
         # torch labels CSR "beta" on every construction; the kernels we use are stable.
         warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(crow, cols, values.contiguous(), size=shape, check_invariants=False)
+        return torch.sparse_csr_tensor(crow, cols, values, size=shape, check_invariants=False)
 
 
 class _SpMM(torch.autograd.Function):
