@@ -41,8 +41,8 @@ class PygModel(nn.Module):
         return names
 
 
-def reference_logits_and_grads(graph, model: str, widths, batch_norm: bool, our_params: dict[str, torch.Tensor]):
-    """Logits of every node (original order) and the gradient of the mean train loss, by our parameter names."""
+def pyg_with_our_parameters(model: str, widths, batch_norm: bool, our_params: dict[str, torch.Tensor]) -> PygModel:
+    """The float64 PyG reference holding our parameters (every one of ours mapped to exactly one of theirs)."""
     ref = PygModel(model, widths, batch_norm).double()
     theirs = dict(ref.named_parameters())
     names = ref.name_map()
@@ -50,6 +50,14 @@ def reference_logits_and_grads(graph, model: str, widths, batch_norm: bool, our_
     with torch.no_grad():
         for ours, value in our_params.items():
             theirs[names[ours]].copy_(value)
+    return ref
+
+
+def reference_logits_and_grads(graph, model: str, widths, batch_norm: bool, our_params: dict[str, torch.Tensor]):
+    """Logits of every node (original order) and the gradient of the mean train loss, by our parameter names."""
+    ref = pyg_with_our_parameters(model, widths, batch_norm, our_params)
+    theirs = dict(ref.named_parameters())
+    names = ref.name_map()
     ref.train()  # BatchNorm uses batch statistics, as our training step does
     x = torch.from_numpy(graph.x).double()
     logits = ref(x, torch.from_numpy(graph.edge_index))

@@ -21,20 +21,16 @@ from gnn_dist.trainer import TrainConfig, accuracies, run_epochs, setup
 from partition.datasets import load_dataset
 from partition.format import load_part
 from tests.conftest import run_mpi
-from tests.reference import PygModel
+from tests.reference import pyg_with_our_parameters
 
 TINY_NODES = 400  # synthetic:tiny
 
 
 def pyg_eval_logits(graph, model: str, widths, params: dict, buffers: dict) -> torch.Tensor:
     """Eval-mode logits of every node from PyG on the whole graph, with our weights and BatchNorm statistics."""
-    ref = PygModel(model, widths, batch_norm=bool(buffers)).double()
-    names = ref.name_map()
-    theirs = dict(ref.named_parameters())
+    ref = pyg_with_our_parameters(model, widths, bool(buffers), params)
     their_buffers = dict(ref.named_buffers())
     with torch.no_grad():
-        for ours, value in params.items():
-            theirs[names[ours]].copy_(value)
         for ours, value in buffers.items():
             their_buffers[ours].copy_(value)
     ref.eval()
