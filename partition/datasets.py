@@ -1,6 +1,6 @@
 """Dataset loaders behind one SPEC string (see docs/datasets.md).
 
-    synthetic:tiny|small|arxiv|medium     seeded generators (partition.synthetic)
+    synthetic:tiny|small|arxiv|medium|large|products   seeded generators (partition.synthetic)
     planetoid:Cora|CiteSeer|PubMed PyG's Planetoid raw files under ROOT/<name>/raw
     ogbn-arxiv|ogbn-products|ogbn-papers100M
                                    OGB raw files under ROOT/<dir>/ (ogb's own raw readers)
@@ -23,7 +23,7 @@ from partition.synthetic import make_synthetic
 PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
 OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
 NPZ_SPLIT = (0.6, 0.2, 0.2)
-SPEC_FORMS = ("synthetic:tiny|small|arxiv|medium, planetoid:Cora|CiteSeer|PubMed, "
+SPEC_FORMS = ("synthetic:tiny|small|arxiv|medium|large|products, planetoid:Cora|CiteSeer|PubMed, "
               "ogbn-arxiv, ogbn-products, ogbn-papers100M, npz:PATH")
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partition.graph import DatasetError, Graph, random_split, symmetrize
+from partition.graph import DatasetError, Graph, add_both_directions, edges_from_keys, random_split
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,14 @@ PRESETS: dict[str, SyntheticSpec] = {
     # 100 features, 47 classes and its sales-rank split (8% / 1.6% / 90.4%): the graph the sampled-memory
     # benchmark runs on, small enough to train full-batch on one 24 GiB host for the comparison.
     "medium": SyntheticSpec(400_000, 6_100_000, 100, 47, 0.7, 0.1, (0.08, 0.016, 0.904)),
+    # Past the 600k nodes the scale-out memory benchmark needs, with replication above 1.8 at P=2.
+    "large": SyntheticSpec(600_000, 9_200_000, 100, 47, 0.7, 0.1, (0.08, 0.016, 0.904)),
+    # ogbn-products' size: 2,449,029 nodes, about 62M undirected edges (123.7M directed after
+    # symmetrisation), 100 features, 47 classes, its 8% / 1.6% / 90.4% split.
+    "products": SyntheticSpec(2_449_029, 62_000_000, 100, 47, 0.7, 0.1, (0.08, 0.016, 0.904)),
 }
+
+_EDGE_CHUNK = 8_000_000  # edges per draw; above medium's count, so the existing presets draw in one chunk
 
 
 def _weighted_pick(rng: np.random.Generator, cumulative: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -76,18 +83,32 @@ def make_synthetic(name: str, seed: int = 0) -> Graph:
     community_end = np.cumsum(np.bincount(y, minlength=c))
     community_start = community_end - np.bincount(y, minlength=c)
 
+    # Edges and features are drawn in chunks, so the generator's peak is the key array of the finished
+    # graph plus one chunk, not a dozen edge-sized temporaries (ogbn-products' size needs about 4 GiB, where
+    # drawing everything at once needed over 12). The draws come in the same order as one whole-graph draw
+    # would make them, so a graph below one chunk is the same graph either way.
     m = spec.num_directed_edges
-    everyone_low = np.zeros(m, dtype=np.int64)
-    everyone_high = np.full(m, n, dtype=np.int64)
-    src = by_community[_weighted_pick(rng, cumulative, everyone_low, everyone_high)]
-    inside = rng.random(m) < spec.intra_fraction
-    low = np.where(inside, community_start[y[src]], 0)
-    high = np.where(inside, community_end[y[src]], n)
-    dst = by_community[_weighted_pick(rng, cumulative, low, high)]
-    edge_index = symmetrize(np.stack([src, dst]), n)
+    keys = np.empty(2 * m, dtype=np.int64)
+    filled = 0
+    for start in range(0, m, _EDGE_CHUNK):
+        count = min(_EDGE_CHUNK, m - start)
+        src = by_community[_weighted_pick(rng, cumulative, np.zeros(count, dtype=np.int64),
+                                          np.full(count, n, dtype=np.int64))]
+        inside = rng.random(count) < spec.intra_fraction
+        low = np.where(inside, community_start[y[src]], 0)
+        high = np.where(inside, community_end[y[src]], n)
+        dst = by_community[_weighted_pick(rng, cumulative, low, high)]
+        filled = add_both_directions(keys, filled, src, dst, n)
+        del src, dst, inside, low, high
+    edge_index = edges_from_keys(keys[:filled], n)
+    del keys
 
     centroids = rng.standard_normal((c, spec.num_features)) * spec.feature_signal
-    x = (centroids[y] + rng.standard_normal((n, spec.num_features))).astype(np.float32)
+    x = np.empty((n, spec.num_features), dtype=np.float32)
+    rows_per_chunk = max(1, _EDGE_CHUNK // spec.num_features)
+    for start in range(0, n, rows_per_chunk):
+        stop = min(n, start + rows_per_chunk)
+        x[start:stop] = centroids[y[start:stop]] + rng.standard_normal((stop - start, spec.num_features))
     train, val, test = random_split(n, seed + 1, spec.split)
     graph = Graph(f"synthetic:{name}", edge_index, x, y, train, val, test, c)
     graph.validate()
