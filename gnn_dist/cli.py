@@ -43,6 +43,23 @@ def _fanouts(text: str) -> tuple[int, ...]:
                                          f"got {text!r}") from None
 
 
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _byte_size(text: str) -> int:
+    """'8G', '512M', '1.5G' or plain bytes (binary units)."""
+    number, unit = text.strip().upper().rstrip("IB"), ""
+    if number and number[-1] in _SIZE_UNITS:
+        number, unit = number[:-1], number[-1]
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size like 8G, 512M or a number of bytes; got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gnn-dist", description="Distributed GNN training over METIS partitions with MPI.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -80,6 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-chunk-nodes", type=int, default=DEFAULT_EVAL_CHUNK_NODES,
                    help="evaluate layer by layer over chunks of this many owned nodes: memory of one layer's "
                         "activations plus a chunk, in both modes")
+    t.add_argument("--halo-memory", default="resident", choices=["resident", "sequential"],
+                   help="resident: receive each layer's whole halo at once; sequential: one peer block at a time, "
+                        "the same results and bytes in far less memory (docs/memory.md)")
+    t.add_argument("--halo-block-rows", type=int, default=0,
+                   help="sequential: receive at most this many halo rows at once (0: one peer's whole block)")
+    t.add_argument("--feature-dtype", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="storage of the input features, upcast to fp32 per use (fp32 is exact)")
+    t.add_argument("--memory-limit", type=_byte_size, default=None,
+                   help="memory this rank may use, e.g. 8G: refuse to start when the plan exceeds it (default: "
+                        "the host's available memory, shared by the ranks on it)")
     t.add_argument("--metrics-out", default=None, help="JSON Lines file (rank 0 writes it)")
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("--checkpoint-dir", default=None, help="write checkpoints here (and resume from here)")
@@ -164,7 +191,8 @@ def train_config_from_args(args):
                           batch_norm=args.batch_norm),
         mode=args.mode, schedule=args.schedule, halo_dtype=args.halo_dtype, epochs=args.epochs, lr=args.lr,
         weight_decay=args.weight_decay, seed=args.seed, threads=args.threads, eval_every=args.eval_every,
-        eval_chunk_nodes=args.eval_chunk_nodes,
+        eval_chunk_nodes=args.eval_chunk_nodes, halo_memory=args.halo_memory, halo_block_rows=args.halo_block_rows,
+        feature_dtype=args.feature_dtype, memory_limit=args.memory_limit,
         metrics_out=args.metrics_out, progress=not args.no_progress, checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, resume=args.resume,
         timeout=args.timeout, predictions_out=args.predictions_out,

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from gnn_dist.halo import HaloExchanger
+from gnn_dist.sequential import BlockedOperator, aggregate_exchanged, aggregate_local
 from kernels.spmm import SparseOperator, spmm
 
 
@@ -46,7 +47,8 @@ class DistGCNConv(nn.Module):
         x: [n_owned, in_dim], or x_full: [n_owned + n_halo, in_dim] (halo known) -> [n_owned, out_dim]
     """
 
-    def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator, exchanger: HaloExchanger, slot: str):
+    def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator | None, exchanger: HaloExchanger, slot: str,
+                 blocked: BlockedOperator | None = None):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_dim, in_dim))
         self.bias = nn.Parameter(torch.zeros(out_dim))
@@ -55,6 +57,7 @@ class DistGCNConv(nn.Module):
         self.operator = operator
         self.exchanger = exchanger
         self.slot = slot
+        self.blocked = blocked
         self.aggregate_first = in_dim <= out_dim
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
@@ -79,8 +82,9 @@ class DistGCNConv(nn.Module):
         """Output rows of op's rows from the rows `source` it aggregates."""
         return self.finish(spmm(op, source, self.aggregation_bias), root)
 
-    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
-        return _conv_forward(self, x, x_full)
+    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None,
+                halo_source=None) -> torch.Tensor:
+        return _conv_forward(self, x, x_full, halo_source)
 
     def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator) -> torch.Tensor:
         """One sampled block: block_op [n_dst, n_src] already holds the self loops and normalisation."""
@@ -94,7 +98,8 @@ class DistSAGEConv(nn.Module):
         x: [n_owned, in_dim], or x_full: [n_owned + n_halo, in_dim] (halo known) -> [n_owned, out_dim]
     """
 
-    def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator, exchanger: HaloExchanger, slot: str):
+    def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator | None, exchanger: HaloExchanger, slot: str,
+                 blocked: BlockedOperator | None = None):
         super().__init__()
         self.lin_l = nn.Linear(in_dim, out_dim, bias=True)
         self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
@@ -102,6 +107,7 @@ class DistSAGEConv(nn.Module):
         self.operator = operator
         self.exchanger = exchanger
         self.slot = slot
+        self.blocked = blocked
         self.aggregate_first = in_dim <= out_dim
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
@@ -125,21 +131,36 @@ class DistSAGEConv(nn.Module):
         """Output rows of op's rows: the mean over `source` rows plus the root term of `root` (those rows' input)."""
         return self.finish(spmm(op, source, self.aggregation_bias), root)
 
-    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None) -> torch.Tensor:
-        return _conv_forward(self, x, x_full)
+    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None,
+                halo_source=None) -> torch.Tensor:
+        return _conv_forward(self, x, x_full, halo_source)
 
     def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator) -> torch.Tensor:
         """One sampled block: mean over the sampled neighbours (block_op [n_dst, n_src]) plus the root term."""
         return self.combine(block_op, self.transform(h_src), h_src[:block_op.shape[0]])
 
 
-def _conv_forward(conv, x: torch.Tensor | None, x_full: torch.Tensor | None) -> torch.Tensor:
+def _conv_forward(conv, x: torch.Tensor | None, x_full: torch.Tensor | None, halo_source=None) -> torch.Tensor:
     """Whole-part forward of a conv: aggregate over [owned | halo] rows with the part's operator.
 
-    With x_full (the cached [owned | halo] inputs of the first layer) nothing is
-    exchanged; otherwise the transformed owned rows travel through the halo
-    exchange, so the narrower of the two widths goes on the wire.
+    Resident (conv.blocked is None): with x_full (the cached [owned | halo]
+    inputs of the first layer) nothing is exchanged; otherwise the transformed
+    owned rows travel through the halo exchange, so the narrower of the two
+    widths goes on the wire.
+
+    Sequential (conv.blocked set, gnn_dist.sequential): x is the owned rows;
+    the halo rows either travel block by block, or, for the first layer, come
+    from halo_source(start, stop) one block at a time (cached input features).
     """
+    if conv.blocked is not None:
+        if halo_source is None:
+            aggregated = aggregate_exchanged(conv.blocked, conv.exchanger, conv.transform(x), conv.aggregation_bias,
+                                             conv.slot)
+        else:
+            aggregated = aggregate_local(conv.blocked, conv.transform(x),
+                                         lambda start, stop: conv.transform(halo_source(start, stop)),
+                                         conv.aggregation_bias)
+        return conv.finish(aggregated, x)
     if x_full is None:
         source = conv.exchanger.gather(conv.transform(x), conv.slot)
         owned = x

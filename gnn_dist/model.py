@@ -10,6 +10,7 @@ from torch import nn
 from gnn_dist.dropout import keyed_dropout, stream_key
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.layers import DistBatchNorm, DistGCNConv, DistSAGEConv
+from gnn_dist.sequential import BlockedOperator, build_blocked_operator
 from kernels.spmm import SparseOperator, spmm
 from partition.format import PartData
 
@@ -110,13 +111,24 @@ class LocalGraph:
     val_mask: torch.Tensor
     test_mask: torch.Tensor
     operator: SparseOperator | None
-    rows: OperatorRows | PartRows
+    rows: OperatorRows | PartRows | None
+    blocked: BlockedOperator | None = None
 
     @classmethod
-    def from_part(cls, part: PartData, model: str, whole_operator: bool = True) -> "LocalGraph":
+    def from_part(cls, part: PartData, model: str, whole_operator: bool = True,
+                  blocked_by: tuple[np.ndarray, int] | None = None) -> "LocalGraph":
+        """whole_operator: build the part's operator (full-batch, resident halos). blocked_by: (the P x P
+        send-count matrix, halo block rows) builds the column-blocked operator of sequential halos instead,
+        and no row access to the part is kept (evaluation runs the sequential forward)."""
         n_owned, n_halo = part.n_owned, part.n_halo
-        operator, rows = None, PartRows(part, model)
-        if whole_operator:
+        operator, rows, blocked = None, PartRows(part, model), None
+        if blocked_by is not None:
+            send_counts, block_rows = blocked_by
+            recv_counts = np.bincount(part.halo_owner, minlength=part.meta.num_parts)
+            blocked = build_blocked_operator(*normalised_rows(part, model, 0, n_owned), n_owned, part.part_id,
+                                             send_counts, recv_counts, block_rows)
+            rows = None
+        elif whole_operator:
             operator = SparseOperator.from_coo(*normalised_rows(part, model, 0, n_owned), (n_owned, n_owned + n_halo))
             rows = OperatorRows(operator)
         return cls(
@@ -125,7 +137,7 @@ class LocalGraph:
             local_ids=torch.from_numpy(np.concatenate([part.node_ids, part.halo_ids])),
             x=torch.from_numpy(part.x), y=torch.from_numpy(part.y),
             train_mask=torch.from_numpy(part.train_mask), val_mask=torch.from_numpy(part.val_mask),
-            test_mask=torch.from_numpy(part.test_mask), operator=operator, rows=rows,
+            test_mask=torch.from_numpy(part.test_mask), operator=operator, rows=rows, blocked=blocked,
         )
 
 
@@ -151,7 +163,7 @@ class DistGNN(nn.Module):
         self.exchanger = exchanger
         conv_type = DistGCNConv if config.model == "gcn" else DistSAGEConv
         self.convs = nn.ModuleList(
-            conv_type(i, o, graph.operator, exchanger, slot=f"layer{k}")
+            conv_type(i, o, graph.operator, exchanger, slot=f"layer{k}", blocked=graph.blocked)
             for k, (i, o) in enumerate(config.widths(in_dim, out_dim)))
         self.norms = nn.ModuleList(
             DistBatchNorm(config.hidden, exchanger) for _ in range(config.num_layers - 1)) if config.batch_norm else None
@@ -168,8 +180,19 @@ class DistGNN(nn.Module):
         h = x_full
         for k, conv in enumerate(self.convs):
             key = stream_key(self.seed, self.epoch, k)
-            if k == 0:
-                h = conv(x_full=keyed_dropout(h, graph.local_ids, key, p, self.training))
+            if k == 0 and graph.blocked is not None:
+                # Sequential halos: the owned and the cached halo input rows stay apart, and each halo block is
+                # upcast (--feature-dtype) and dropped out only while its block is aggregated.
+                halo = x_full[graph.n_owned:]
+                halo_ids = graph.halo_ids
+
+                def halo_source(start: int, stop: int, key=key) -> torch.Tensor:
+                    return keyed_dropout(halo[start:stop].float(), halo_ids[start:stop], key, p, self.training)
+
+                owned = keyed_dropout(x_full[:graph.n_owned].float(), graph.node_ids, key, p, self.training)
+                h = conv(owned, halo_source=halo_source)
+            elif k == 0:
+                h = conv(x_full=keyed_dropout(h.float(), graph.local_ids, key, p, self.training))
             else:
                 # the previous layer's ReLU runs fused with this layer's dropout
                 h = conv(keyed_dropout(h, graph.node_ids, key, p, self.training, relu=True))
@@ -197,14 +220,17 @@ class DistGNN(nn.Module):
         if self.training:
             # BatchNorm would then reduce statistics per chunk, and chunk counts differ across ranks.
             raise RuntimeError("forward_layerwise computes eval-mode logits: call model.eval() first")
+        if self.graph.blocked is not None:
+            # Sequential halos already hold one layer's owned rows and one halo block at a time.
+            return self.forward(x_full)
         self.exchanger.begin_pass(self.epoch, False)
         n = self.graph.n_owned
-        h = x_full[:n]
+        h = x_full[:n].float()
         last = len(self.convs) - 1
         for k, conv in enumerate(self.convs):
             owned = conv.transform(h)
             # Layer 0's halo inputs are the cached features: nothing to exchange.
-            halo = conv.transform(x_full[n:]) if k == 0 else self.exchanger.halo_rows(owned, conv.slot)
+            halo = conv.transform(x_full[n:].float()) if k == 0 else self.exchanger.halo_rows(owned, conv.slot)
             out = torch.empty(n, conv.out_dim)
             for start in range(0, n, chunk_nodes):
                 stop = min(n, start + chunk_nodes)

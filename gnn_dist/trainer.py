@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -35,11 +36,13 @@ from gnn_dist.metrics import MetricsWriter, summarise
 from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
 from gnn_dist.sampled import SampledConfig, SampledRun
 from gnn_dist.schedules import parse_schedule
+from gnn_dist.sequential import HALO_MEMORY_MODES
 from gnn_dist.watchdog import NoWatchdog, Watchdog
 from kernels.native import native_module
 from partition.format import load_meta, load_part
 
 MODES = ("full", "sampled")
+FEATURE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEFAULT_EVAL_CHUNK_NODES = 16384  # rows per chunk: 16 MiB per temporary at width 256, a small share of a layer
 FAIL_AT_ENV = "GNN_DIST_FAIL_AT"  # "RANK:EPOCH[:hang]": raise (or hang) on that rank at that epoch (failure tests)
 
@@ -72,6 +75,11 @@ class TrainConfig:
     # Evaluation runs layer by layer over the owned nodes in chunks of this many rows (gnn_dist.model.
     # DistGNN.forward_layerwise): memory is one layer's activations plus a chunk, never a whole forward.
     eval_chunk_nodes: int = DEFAULT_EVAL_CHUNK_NODES
+    # resident: each layer receives its whole halo at once; sequential: block by block (gnn_dist.sequential).
+    halo_memory: str = "resident"
+    halo_block_rows: int = 0  # sequential: most halo rows received at once (0: one peer's whole block)
+    feature_dtype: str = "fp32"  # storage of the input features (owned and cached halo); upcast to fp32 per use
+    memory_limit: int | None = None  # bytes this rank may use; None: the host's MemAvailable, shared by its ranks
     sampled: SampledConfig = field(default_factory=SampledConfig)  # used with mode="sampled"
 
     def validate(self) -> None:
@@ -86,6 +94,23 @@ class TrainConfig:
                 raise ValueError("--schedule and --halo-dtype shape full-batch halo traffic: use them with --mode "
                                  "full (sampled mode fetches exact fp32 features)")
         parse_schedule(self.schedule)
+        if self.halo_memory not in HALO_MEMORY_MODES:
+            raise ValueError(f"bad --halo-memory {self.halo_memory!r}: use resident or sequential")
+        if self.halo_memory == "sequential":
+            if self.mode != "full":
+                raise ValueError("--halo-memory sequential is for --mode full (sampled mode holds no layer halos)")
+            if self.schedule != "exact":
+                raise ValueError(f"--halo-memory sequential runs with --schedule exact only: {self.schedule} keeps "
+                                 f"whole-halo tensors between epochs; use --halo-memory resident with it")
+        if self.halo_block_rows < 0:
+            raise ValueError(f"--halo-block-rows must be 0 (a peer's whole block) or positive, got "
+                             f"{self.halo_block_rows}")
+        if self.feature_dtype not in FEATURE_DTYPES:
+            raise ValueError(f"bad --feature-dtype {self.feature_dtype!r}: valid: {', '.join(FEATURE_DTYPES)}")
+        if self.feature_dtype != "fp32" and self.mode != "full":
+            raise ValueError("--feature-dtype is for --mode full; sampled mode keeps fp32 features")
+        if self.memory_limit is not None and self.memory_limit <= 0:
+            raise ValueError(f"--memory-limit must be positive, got {self.memory_limit}")
         if self.halo_dtype not in HALO_DTYPES:
             raise ValueError(f"bad --halo-dtype {self.halo_dtype!r}: valid: {', '.join(HALO_DTYPES)}")
         if self.epochs < 0:
@@ -178,13 +203,22 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     exchanger = HaloExchanger(ctx.comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
                               schedule=parse_schedule(config.schedule, config.seed), beat=watchdog.beat)
     # Sampled training aggregates over its batches' blocks and evaluates chunk by chunk from the part's CSR,
-    # so only full-batch training builds the whole part's operator and its transpose.
-    graph = LocalGraph.from_part(part, config.model.model, whole_operator=config.mode == "full")
+    # so only full-batch training builds the whole part's operator and its transpose; sequential halos
+    # build it split into column blocks instead.
+    blocked_by = None
+    if config.halo_memory == "sequential":
+        blocked_by = (np.array(ctx.comm.allgather_object(plan.send_counts.tolist()), dtype=np.int64),
+                      config.halo_block_rows)
+    graph = LocalGraph.from_part(part, config.model.model, whole_operator=config.mode == "full",
+                                 blocked_by=blocked_by)
     x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)])
+    if config.feature_dtype != "fp32":
+        x_full = x_full.to(FEATURE_DTYPES[config.feature_dtype])
     graph = dataclasses.replace(graph, x=x_full[:graph.n_owned])  # one copy of the features, not two
-    # Sampled mode keeps the part (its CSR) for sampling and evaluation: point its features at the same
-    # rows too, or the part file's copy would stay resident beside x_full.
-    part.arrays["x"] = graph.x.numpy()
+    if config.mode == "sampled":
+        # Sampled mode keeps the part (its CSR) for sampling and evaluation: point its features at the same
+        # rows too, or the part file's copy would stay resident beside x_full.
+        part.arrays["x"] = graph.x.numpy()
     setup_halo_bytes = _sum_over_ranks(ctx, [exchanger.counters.halo_bytes])[0]
     exchanger.counters.reset()
 
@@ -426,7 +460,9 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             "dataset": state.dataset, "num_parts": ctx.size, "mode": config.mode, "schedule": config.schedule,
             "halo_dtype": config.halo_dtype, "model": config.model.model, "hidden": config.model.hidden,
             "num_layers": config.model.num_layers, "seed": config.seed, "threads": config.threads,
-            "eval_chunk_nodes": config.eval_chunk_nodes, "setup_halo_bytes": int(state.setup_halo_bytes),
+            "eval_chunk_nodes": config.eval_chunk_nodes, "halo_memory": config.halo_memory,
+            "halo_block_rows": config.halo_block_rows, "feature_dtype": config.feature_dtype,
+            "setup_halo_bytes": int(state.setup_halo_bytes),
             "resumed_from_epoch": state.start_epoch, "epochs_run": state.epochs_run,
             **_memory_report(ctx, memory),
         })
