@@ -91,28 +91,37 @@ def _wrap_int32(values: torch.Tensor) -> torch.Tensor:
 
 
 def keyed_dropout(x: torch.Tensor, node_ids: torch.Tensor, key: int, p: float, training: bool,
-                  relu: bool = False) -> torch.Tensor:
+                  relu: bool = False, inplace: bool = False) -> torch.Tensor:
     """Inverted dropout with a node-keyed mask, after an optional ReLU. Shapes: x [n, F], node_ids [n] -> [n, F].
 
     With relu=True this is dropout(relu(x)), in one pass where the native kernel is available.
+    inplace=True overwrites x (a contiguous layer output that no backward saved), so the
+    layer's input and the previous layer's output are one tensor, not two.
     """
     if not training or p == 0.0:
-        return torch.relu(x) if relu else x
+        if relu:
+            return torch.relu_(x) if inplace else torch.relu(x)
+        return x
     native = native_module()
-    if native is not None and x.dtype == torch.float32:
-        return _NativeKeyedDropout.apply(x, node_ids, key, p, relu, native)
-    return _KeyedDropout.apply(torch.relu(x) if relu else x, node_ids, key, p)
+    if native is not None and x.dtype == torch.float32 and (x.is_contiguous() or not inplace):
+        return _NativeKeyedDropout.apply(x, node_ids, key, p, relu, native, inplace)
+    if relu:
+        x = torch.relu_(x) if inplace else torch.relu(x)
+    return _KeyedDropout.apply(x, node_ids, key, p)
 
 
 class _NativeKeyedDropout(torch.autograd.Function):
     """The same masks computed in C++ in one pass, the ReLU folded into the saved mask."""
 
     @staticmethod
-    def forward(ctx, x, node_ids, key, p, relu, native):  # type: ignore[override]
+    def forward(ctx, x, node_ids, key, p, relu, native, inplace=False):  # type: ignore[override]
         row_hash = mix32(_wrap_int32(node_ids.to(torch.int64) * _GOLDEN) ^ _to_int32(key))
         col_hash = mix32(_wrap_int32(torch.arange(x.shape[1], dtype=torch.int64) * 0x85EBCA77 + 1))
         threshold = int(p * (1 << 32)) - (1 << 31)
-        out, mask = native.keyed_dropout(x.contiguous(), row_hash, col_hash, threshold, 1.0 / (1.0 - p), relu)
+        out, mask = native.keyed_dropout(x.contiguous(), row_hash, col_hash, threshold, 1.0 / (1.0 - p), relu,
+                                         inplace)
+        if inplace:
+            ctx.mark_dirty(x)
         ctx.save_for_backward(mask)
         ctx.scale = 1.0 / (1.0 - p)
         ctx.native = native
@@ -123,7 +132,7 @@ class _NativeKeyedDropout(torch.autograd.Function):
         (mask,) = ctx.saved_tensors
         grad_in = ctx.native.masked_scale(grad_out, mask, ctx.scale) \
             if grad_out.dtype == torch.float32 else torch.mul(grad_out, mask).mul_(ctx.scale)
-        return grad_in, None, None, None, None, None
+        return grad_in, None, None, None, None, None, None
 
 
 class _KeyedDropout(torch.autograd.Function):

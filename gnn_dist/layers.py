@@ -74,7 +74,9 @@ class DistGCNConv(nn.Module):
         """The bias fused into the aggregation when it runs on transformed rows (None when it is added later)."""
         return None if self.aggregate_first else self.bias
 
-    def finish(self, aggregated: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+    needs_root = False  # GCN's self loop is in the operator: no separate term of the node's own input
+
+    def finish(self, aggregated: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
         """Output rows from their aggregation (GCN has no root term: its self loop is in the operator)."""
         return torch.addmm(self.bias, aggregated, self.weight.t()) if self.aggregate_first else aggregated
 
@@ -123,6 +125,8 @@ class DistSAGEConv(nn.Module):
         """The bias fused into the aggregation when it runs on transformed rows (None when it is added later)."""
         return None if self.aggregate_first else self.lin_l.bias
 
+    needs_root = True
+
     def finish(self, aggregated: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
         """Output rows from their mean aggregation plus the root term of `root` (those rows' own input)."""
         return (self.lin_l(aggregated) if self.aggregate_first else aggregated) + self.lin_r(root)
@@ -140,8 +144,13 @@ class DistSAGEConv(nn.Module):
         return self.combine(block_op, self.transform(h_src), h_src[:block_op.shape[0]])
 
 
-def _conv_forward(conv, x: torch.Tensor | None, x_full: torch.Tensor | None, halo_source=None) -> torch.Tensor:
+def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> torch.Tensor:
     """Whole-part forward of a conv: aggregate over [owned | halo] rows with the part's operator.
+
+    x is the owned input rows, or a one-element list holding them: then the
+    conv takes the only reference and frees the rows as soon as nothing needs
+    them (a GCN layer that aggregates first needs its input only until the
+    aggregation, so the layer's input and its output are never alive together).
 
     Resident (conv.blocked is None): with x_full (the cached [owned | halo]
     inputs of the first layer) nothing is exchanged; otherwise the transformed
@@ -152,22 +161,24 @@ def _conv_forward(conv, x: torch.Tensor | None, x_full: torch.Tensor | None, hal
     the halo rows either travel block by block, or, for the first layer, come
     from halo_source(start, stop) one block at a time (cached input features).
     """
-    if conv.blocked is not None:
-        if halo_source is None:
-            aggregated = aggregate_exchanged(conv.blocked, conv.exchanger, conv.transform(x), conv.aggregation_bias,
-                                             conv.slot)
-        else:
-            aggregated = aggregate_local(conv.blocked, conv.transform(x),
-                                         lambda start, stop: conv.transform(halo_source(start, stop)),
-                                         conv.aggregation_bias)
-        return conv.finish(aggregated, x)
-    if x_full is None:
-        source = conv.exchanger.gather(conv.transform(x), conv.slot)
-        owned = x
-    else:
+    if isinstance(x, list):
+        x = x.pop()
+    if x_full is not None:
         source = conv.transform(x_full)
-        owned = x_full[:conv.operator.shape[0]]
-    return conv.combine(conv.operator, source, owned)
+        root = x_full[:conv.operator.shape[0]] if conv.needs_root else None
+        return conv.combine(conv.operator, source, root)
+    source = conv.transform(x)
+    root = x if conv.needs_root else None
+    del x
+    if conv.blocked is None:
+        aggregated = spmm(conv.operator, conv.exchanger.gather(source, conv.slot), conv.aggregation_bias)
+    elif halo_source is None:
+        aggregated = aggregate_exchanged(conv.blocked, conv.exchanger, source, conv.aggregation_bias, conv.slot)
+    else:
+        aggregated = aggregate_local(conv.blocked, source, lambda start, stop: conv.transform(halo_source(start, stop)),
+                                     conv.aggregation_bias)
+    del source
+    return conv.finish(aggregated, root)
 
 
 class DistBatchNorm(nn.Module):

@@ -190,12 +190,16 @@ class DistGNN(nn.Module):
                     return keyed_dropout(halo[start:stop].float(), halo_ids[start:stop], key, p, self.training)
 
                 owned = keyed_dropout(x_full[:graph.n_owned].float(), graph.node_ids, key, p, self.training)
-                h = conv(owned, halo_source=halo_source)
+                h = conv([owned], halo_source=halo_source)
+                del owned
             elif k == 0:
                 h = conv(x_full=keyed_dropout(h.float(), graph.local_ids, key, p, self.training))
             else:
-                # the previous layer's ReLU runs fused with this layer's dropout
-                h = conv(keyed_dropout(h, graph.node_ids, key, p, self.training, relu=True))
+                # The previous layer's ReLU runs fused with this layer's dropout, in place: no backward saved
+                # that output. The conv gets the only reference, so it can free its input early.
+                inputs = [keyed_dropout(h, graph.node_ids, key, p, self.training, relu=True, inplace=True)]
+                del h
+                h = conv(inputs)
             if k < len(self.convs) - 1 and self.norms is not None:
                 h = self.norms[k](h)
         return h
@@ -265,7 +269,7 @@ def forward_blocks(model: DistGNN, x_src: torch.Tensor, operators: list, node_id
     h = x_src
     p = model.config.dropout
     for k, (conv, op) in enumerate(zip(model.convs, operators)):
-        h = keyed_dropout(h, node_ids[:h.shape[0]], layer_keys[k], p, model.training, relu=k > 0)
+        h = keyed_dropout(h, node_ids[:h.shape[0]], layer_keys[k], p, model.training, relu=k > 0, inplace=k > 0)
         h = conv.forward_block(h, op)
     return h
 

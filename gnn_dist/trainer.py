@@ -431,7 +431,10 @@ def _memory_report(ctx: RankContext, memory: PhasePeaks) -> dict:
     /usr/bin/time reports), which also covers whatever ran before train() was called.
     """
     phases = memory.stop()
-    per_rank = [int(v) for v in ctx.comm.allgather_object(peak_rss_bytes())]
+    # The kernel folds per-thread RSS counters into the high-water mark lazily (every 64 page faults), so
+    # an RSS sample can exceed the mark read just after it by a few pages; the peak is the larger.
+    own_peak = max([peak_rss_bytes(), *phases.values()])
+    per_rank = [int(v) for v in ctx.comm.allgather_object(own_peak)]
     names = ("setup", "train", "eval")
     worst = _max_over_ranks(ctx, [float(phases.get(name, 0)) for name in names])
     report = {"peak_rss_bytes": max(per_rank), "peak_rss_bytes_per_rank": per_rank}

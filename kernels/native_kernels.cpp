@@ -87,11 +87,13 @@ static inline uint32_t mix32(uint32_t x) {
 }
 
 std::vector<torch::Tensor> keyed_dropout(torch::Tensor x, torch::Tensor row_hash, torch::Tensor col_hash,
-                                         int64_t threshold, double scale, bool relu) {
+                                         int64_t threshold, double scale, bool relu, bool inplace) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32, "x: contiguous float32 matrix");
   TORCH_CHECK(row_hash.scalar_type() == torch::kInt32 && col_hash.scalar_type() == torch::kInt32, "hashes: int32");
   const int64_t rows = x.size(0), width = x.size(1);
-  auto out = torch::empty_like(x);
+  // In place, each element is read before it is written, so x can be its own output (a layer's output that
+  // nothing saved need not be copied).
+  auto out = inplace ? x : torch::empty_like(x);
   auto mask = torch::empty({rows, width}, x.options().dtype(torch::kUInt8));
   const float* x_p = x.data_ptr<float>();
   const uint32_t* rh = reinterpret_cast<const uint32_t*>(row_hash.data_ptr<int32_t>());
