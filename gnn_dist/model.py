@@ -189,9 +189,8 @@ class DistGNN(nn.Module):
                 def halo_source(start: int, stop: int, key=key) -> torch.Tensor:
                     return keyed_dropout(halo[start:stop].float(), halo_ids[start:stop], key, p, self.training)
 
-                owned = keyed_dropout(x_full[:graph.n_owned].float(), graph.node_ids, key, p, self.training)
-                h = conv([owned], halo_source=halo_source)
-                del owned
+                h = conv([keyed_dropout(x_full[:graph.n_owned].float(), graph.node_ids, key, p, self.training)],
+                         halo_source=halo_source)
             elif k == 0:
                 h = conv(x_full=keyed_dropout(h.float(), graph.local_ids, key, p, self.training))
             else:

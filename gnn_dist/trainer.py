@@ -31,7 +31,7 @@ from gnn_dist.codec import HALO_DTYPES, make_codec
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.memory import PhasePeaks, peak_rss_bytes, release_free_heap
+from gnn_dist.memory import PhasePeaks, peak_rss_bytes, release_free_heap, return_large_blocks_on_free
 from gnn_dist.metrics import MetricsWriter, summarise
 from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
 from gnn_dist.sampled import SampledConfig, SampledRun
@@ -445,6 +445,7 @@ def _memory_report(ctx: RankContext, memory: PhasePeaks) -> dict:
 
 def train(ctx: RankContext, config: TrainConfig) -> dict:
     """Train on this rank's part; returns the final record (the same on every rank)."""
+    return_large_blocks_on_free()
     memory = PhasePeaks("setup")
     try:
         state = setup(ctx, config)
