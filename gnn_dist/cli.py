@@ -12,6 +12,7 @@ import sys
 import time
 
 from gnn_dist.comm import launcher_rank
+from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS
 from gnn_dist.trainer import DEFAULT_EVAL_CHUNK_NODES
 
 EXIT_ERROR = 1
@@ -100,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--halo-memory", default="resident", choices=["resident", "sequential"],
                    help="resident: receive each layer's whole halo at once; sequential: one peer block at a time, "
                         "the same results and bytes in far less memory (docs/memory.md)")
-    t.add_argument("--halo-block-rows", type=int, default=0,
+    t.add_argument("--halo-block-rows", type=int, default=DEFAULT_HALO_BLOCK_ROWS,
                    help="sequential: receive at most this many halo rows at once (0: one peer's whole block)")
     t.add_argument("--feature-dtype", default="fp32", choices=["fp32", "bf16", "fp16"],
                    help="storage of the input features, upcast to fp32 per use (fp32 is exact)")
@@ -134,6 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--num-layers", type=_positive_int, default=2)
     i.add_argument("--schedule", default="exact")
     i.add_argument("--halo-dtype", default="fp32")
+    i.add_argument("--dropout", type=float, default=0.5, help="memory plan: as train's --dropout")
+    i.add_argument("--batch-norm", action="store_true", help="memory plan: as train's --batch-norm")
+    i.add_argument("--halo-memory", default="resident", choices=["resident", "sequential"],
+                   help="memory plan: as train's --halo-memory")
+    i.add_argument("--halo-block-rows", type=int, default=DEFAULT_HALO_BLOCK_ROWS,
+                   help="memory plan: as train's --halo-block-rows")
+    i.add_argument("--feature-dtype", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="memory plan: as train's --feature-dtype")
     return parser
 
 
@@ -168,12 +177,18 @@ def cmd_partition(args) -> int:
 def cmd_inspect(args) -> int:
     from gnn_dist.inspect import format_report, inspect_partition
     from gnn_dist.model import ModelConfig
+    from gnn_dist.plan import PlanConfig
     from partition.format import PartitionFormatError
 
     try:
         report = inspect_partition(args.directory, ModelConfig(model=args.model, hidden=args.hidden,
                                                                num_layers=args.num_layers),
-                                   schedule=args.schedule, halo_dtype=args.halo_dtype)
+                                   schedule=args.schedule, halo_dtype=args.halo_dtype,
+                                   memory=PlanConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers,
+                                                     dropout=args.dropout, batch_norm=args.batch_norm,
+                                                     halo_memory=args.halo_memory,
+                                                     halo_block_rows=args.halo_block_rows,
+                                                     feature_dtype=args.feature_dtype))
     except (PartitionFormatError, OSError, ValueError) as err:
         return _fail("inspect", str(err))
     print(json.dumps(report) if args.json else format_report(report))

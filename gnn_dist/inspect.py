@@ -7,13 +7,15 @@ from __future__ import annotations
 import os
 
 from gnn_dist.model import ModelConfig, exchanged_widths, predicted_halo_bytes_per_epoch
+from gnn_dist.plan import PlanConfig, part_shapes, plan_part
 from partition.format import load_meta, verify_part_file
 
 FP32_BYTES = 4
 
 
 def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = None, *,
-                      schedule: str = "exact", halo_dtype: str = "fp32") -> dict:
+                      schedule: str = "exact", halo_dtype: str = "fp32", memory: PlanConfig | None = None) -> dict:
+    """memory: the training set-up to plan peak memory per rank for (defaults follow `model`)."""
     from pathlib import Path
 
     directory = Path(directory)
@@ -55,6 +57,18 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
             for k, p in enumerate(meta.parts)
         ],
     }
+    memory = memory or PlanConfig(model=model.model, hidden=model.hidden, num_layers=model.num_layers,
+                                  dropout=model.dropout, batch_norm=model.batch_norm)
+    plans = [plan_part(shape, memory, meta.num_features, meta.num_classes) for shape in part_shapes(directory)]
+    report["memory_plan"] = {
+        "halo_memory": memory.halo_memory, "halo_block_rows": memory.halo_block_rows,
+        "feature_dtype": memory.feature_dtype, "dropout": memory.dropout, "batch_norm": memory.batch_norm,
+        "predicted_peak_rss_bytes": max(plan.peak for plan in plans),
+        "predicted_peak_rss_bytes_per_rank": [plan.peak for plan in plans],
+        "peak_phase_per_rank": [plan.phase for plan in plans],
+        "breakdown_of_largest": {name: value for name, value in max(plans, key=lambda p: p.peak).parts.items()
+                                 if value},
+    }
     return report
 
 
@@ -81,5 +95,14 @@ def format_report(report: dict) -> str:
         f"  training traffic    {mb:.2f} MB of halo payload per epoch for {m['model']} hidden {m['hidden']}, "
         f"{m['num_layers']} layers, schedule {report['schedule']}, halo dtype {report['halo_dtype']} "
         f"(exchanged widths {report['exchanged_widths']}, forward and backward)",
+    ]
+    plan = report["memory_plan"]
+    per_rank = ", ".join(f"{v / 2**30:.2f}" for v in plan["predicted_peak_rss_bytes_per_rank"])
+    largest = sorted(plan["breakdown_of_largest"].items(), key=lambda kv: -kv[1])[:6]
+    lines += [
+        f"  peak memory         {plan['predicted_peak_rss_bytes'] / 2**30:.2f} GiB per rank at most (predicted; "
+        f"per rank {per_rank} GiB) with --halo-memory {plan['halo_memory']}, --feature-dtype "
+        f"{plan['feature_dtype']}",
+        "                      largest rank at its peak: " + ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in largest),
     ]
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,12 +32,14 @@ from gnn_dist.codec import HALO_DTYPES, make_codec
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.memory import PhasePeaks, peak_rss_bytes, release_free_heap, return_large_blocks_on_free
+from gnn_dist.memory import PhasePeaks, current_rss_bytes, peak_rss_bytes, release_free_heap, return_large_blocks_on_free
 from gnn_dist.metrics import MetricsWriter, summarise
 from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
+from gnn_dist.plan import (RankMemory, available_memory_bytes, memory_refusal, part_shape, plan_config_of,
+                           plan_part)
 from gnn_dist.sampled import SampledConfig, SampledRun
 from gnn_dist.schedules import parse_schedule
-from gnn_dist.sequential import HALO_MEMORY_MODES
+from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS, HALO_MEMORY_MODES
 from gnn_dist.watchdog import NoWatchdog, Watchdog
 from kernels.native import native_module
 from partition.format import load_meta, load_part
@@ -77,7 +80,7 @@ class TrainConfig:
     eval_chunk_nodes: int = DEFAULT_EVAL_CHUNK_NODES
     # resident: each layer receives its whole halo at once; sequential: block by block (gnn_dist.sequential).
     halo_memory: str = "resident"
-    halo_block_rows: int = 0  # sequential: most halo rows received at once (0: one peer's whole block)
+    halo_block_rows: int = DEFAULT_HALO_BLOCK_ROWS  # sequential: most halo rows received at once (0: a peer's block)
     feature_dtype: str = "fp32"  # storage of the input features (owned and cached halo); upcast to fp32 per use
     memory_limit: int | None = None  # bytes this rank may use; None: the host's MemAvailable, shared by its ranks
     sampled: SampledConfig = field(default_factory=SampledConfig)  # used with mode="sampled"
@@ -195,6 +198,8 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
         return meta, part, metrics
 
     meta, part, metrics = _agree_on_setup(ctx, build_local)  # type: ignore[misc]
+    if config.mode == "full":
+        _refuse_if_memory_short(ctx, config, part)
     # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
     watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort) \
         if config.timeout > 0 and ctx.comm.aborts_job else NoWatchdog()
@@ -251,6 +256,17 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
             for record in state.records:
                 metrics.write(record)
     return state
+
+
+def _refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part) -> None:
+    """Plan this rank's peak (gnn_dist.plan) and refuse on every rank, before the big allocations, if any
+    host's ranks would not fit (or a rank would pass --memory-limit)."""
+    plan = plan_part(part_shape(part), plan_config_of(config), part.meta.num_features, part.meta.num_classes)
+    mine = RankMemory(socket.gethostname(), plan.peak, plan.summary(3), current_rss_bytes(),
+                      available_memory_bytes())
+    reason = memory_refusal(ctx.comm.allgather_object(mine), config.memory_limit)
+    if reason is not None:
+        raise SetupError(reason)
 
 
 def _check_writable(directory: str, option: str) -> None:

@@ -1,0 +1,337 @@
+"""Memory planner: peak resident memory per rank of full-batch training, predicted before the run.
+
+`gnn-dist inspect DIR --memory` prints it per part; `train` compares it with
+the memory it can see and refuses to start when it does not fit, because an
+out-of-memory kill half way through is worse than that refusal.
+
+The prediction walks the tensors that this implementation allocates and
+frees, in order, through set-up, one training step (forward, then backward)
+and evaluation, and keeps the largest total alive. Sizes come from the
+partition's statistics (owned and halo rows, operator entries, rows sent to
+each peer) and the model's widths; nothing is measured at plan time. On top
+sits a fixed per-process cost (interpreter, torch, MPI and their buffers)
+measured once on this implementation.
+
+Shapes in the comments below: n owned rows, h halo rows, S rows sent, nnz
+operator entries (GCN's self loops included).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS
+
+FLOAT = 4
+INDEX = 8
+# Resident memory of a rank before its graph arrives: Python, torch, numpy, mpi4py and MPI's own buffers,
+# the native kernels, and what set-up leaves behind beyond the tensors it keeps (measured with
+# mpiexec -n 1..4 on synthetic:arxiv: 320-330 MiB).
+PROCESS_BYTES = 325 << 20
+# Set-up builds the operator from COO entries: int64 rows and columns, float64 normalisation terms, the
+# sort key and order of the CSR build, and their gathered copies (bytes per operator entry, counted from
+# gnn_dist.model.normalised_rows and kernels.spmm._csr).
+SETUP_BYTES_PER_ENTRY = 64
+
+
+@dataclass(frozen=True)
+class PartShape:
+    """The statistics of one part that memory depends on."""
+
+    owned: int
+    halo: int
+    entries: int              # CSR entries of the part file (local + cut edges)
+    cut_entries: int          # entries whose source is a halo row
+    sent_per_peer: tuple      # rows this part sends to each peer
+    received_per_peer: tuple  # halo rows owned by each peer
+
+    @property
+    def sent(self) -> int:
+        return int(sum(self.sent_per_peer))
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    model: str = "gcn"
+    hidden: int = 16
+    num_layers: int = 2
+    dropout: float = 0.5
+    batch_norm: bool = False
+    halo_memory: str = "resident"
+    halo_block_rows: int = DEFAULT_HALO_BLOCK_ROWS
+    feature_dtype: str = "fp32"
+    eval_chunk_nodes: int = 16384
+
+
+@dataclass
+class MemoryPlan:
+    """Predicted peak bytes of one rank, where the peak falls (setup, train or eval) and what makes it up."""
+
+    peak: int
+    phase: str
+    parts: dict = field(default_factory=dict)  # name -> bytes alive at the peak
+
+    def summary(self, top: int = 6) -> str:
+        largest = sorted(self.parts.items(), key=lambda kv: -kv[1])[:top]
+        return ", ".join(f"{name} {value / 2**30:.2f} GiB" for name, value in largest if value)
+
+
+class _Liveness:
+    """Bytes alive, allocation by allocation; remembers the largest total and what made it up."""
+
+    def __init__(self, base: dict):
+        self.alive = dict(base)
+        self.peak = sum(self.alive.values())
+        self.at_peak = dict(self.alive)
+
+    def alloc(self, name: str, size: float) -> None:
+        self.alive[name] = self.alive.get(name, 0) + int(size)
+        total = sum(self.alive.values())
+        if total > self.peak:
+            self.peak, self.at_peak = total, dict(self.alive)
+
+    def free(self, *names: str) -> None:
+        for name in names:
+            self.alive.pop(name, None)
+
+    def rename(self, old: str, new: str) -> None:
+        """The tensor called `old` is now kept as (part of) `new`: no bytes change."""
+        self.alive[new] = self.alive.get(new, 0) + self.alive.pop(old, 0)
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    n: int
+    h: int
+    block: int          # halo rows of the largest block received at once (sequential)
+    sent_block: int     # rows of the largest block sent at once (sequential)
+    touched: int        # owned rows with an entry in one block's columns (at most)
+    feature_bytes: int
+    sequential: bool
+
+
+def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_classes: int) -> dict[str, MemoryPlan]:
+    """Predicted peak resident bytes of the rank that trains this part, per phase (setup, train, eval)."""
+    n, h, S = shape.owned, shape.halo, shape.sent
+    sequential = config.halo_memory == "sequential"
+    feature_bytes = {"fp32": 4, "bf16": 2, "fp16": 2}[config.feature_dtype]
+    nnz = shape.entries + (n if config.model == "gcn" else 0)
+    widths = [(i, o) for i, o in zip([num_features] + [config.hidden] * (config.num_layers - 1),
+                                     [config.hidden] * (config.num_layers - 1) + [num_classes])]
+    params = sum(i * o + o + (i * o if config.model == "sage" else 0) for i, o in widths)
+    params += 2 * config.hidden * (config.num_layers - 1) if config.batch_norm else 0
+    peers = [r for r in shape.received_per_peer if r]
+    bound = config.halo_block_rows if config.halo_block_rows > 0 else None
+    block = min(max(peers, default=0), bound or h)
+    sent_block = min(max(shape.sent_per_peer, default=0), bound or S)
+    touched = min(n, shape.cut_entries * block // h) if h else 0
+    sizes = _Sizes(n, h, block, sent_block, touched, feature_bytes, sequential)
+
+    blocks = sum(-(-r // (bound or r)) for r in peers)
+    persistent = {
+        "process": PROCESS_BYTES,
+        "input features": (n + h) * num_features * feature_bytes,
+        "operator": nnz * 2 * (FLOAT + 4) + (2 * n + h + 2) * 4
+        + (blocks * 8 + min(shape.cut_entries, n * blocks) * (INDEX + 8) if sequential else 0),
+        "ids, labels, plan": n * (3 * INDEX + 3) + h * 3 * INDEX + S * 3 * INDEX,
+        "parameters, Adam": params * FLOAT * 5,
+    }
+    if not sequential and len(peers):
+        exchanged = {min(i, o) for i, o in widths[1:]}
+        persistent["exchange buffers"] = 2 * S * sum(exchanged) * FLOAT  # send rows and returned gradients
+
+    setup = _Liveness({"process": PROCESS_BYTES})
+    setup.alloc("part file", n * (num_features * FLOAT + 4 * INDEX + 3) + h * (3 * INDEX + 4)
+                + shape.entries * INDEX + S * INDEX)
+    setup.alloc("operator build", nnz * SETUP_BYTES_PER_ENTRY)
+    setup.alloc("operator", persistent["operator"])
+
+    train = _Liveness(persistent)
+    _forward(train, config, widths, sizes, training=True)
+    _backward(train, config, widths, sizes)
+
+    evaluation = _Liveness(persistent)
+    _forward(evaluation, config, widths, sizes, training=False)
+
+    return {phase: MemoryPlan(peak=live.peak, phase=phase, parts=live.at_peak)
+            for phase, live in (("setup", setup), ("train", train), ("eval", evaluation))}
+
+
+def plan_part(shape: PartShape, config: PlanConfig, num_features: int, num_classes: int) -> MemoryPlan:
+    """Predicted peak resident bytes of the rank that trains this part: the largest of its phases."""
+    return max(plan_phases(shape, config, num_features, num_classes).values(), key=lambda plan: plan.peak)
+
+
+def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: bool) -> None:
+    """The model's forward (gnn_dist.model.DistGNN.forward; evaluation differs only in what it keeps)."""
+    p = config.dropout if training else 0.0
+    n = z.n
+    for k, (i, o) in enumerate(widths):
+        aggregate_first = i <= o
+        w = i if aggregate_first else o
+        if k == 0:
+            rows = n if z.sequential else n + z.h
+            copies = p > 0 or z.feature_bytes != FLOAT
+            live.alloc("layer input", rows * i * FLOAT if copies else 0)
+        else:
+            if config.batch_norm:
+                live.alloc("batchnorm temporaries", 2 * n * i * FLOAT)
+                live.free("batchnorm temporaries")
+                live.alloc(f"saved norm {k}", n * i * FLOAT if training else 0)  # x_hat
+            live.rename("layer output", "layer input")  # ReLU and dropout run in place
+            if training:
+                live.alloc(f"saved mask {k}", n * i if p > 0 else 0)  # one byte per element
+        if not aggregate_first:
+            live.alloc("transformed rows", (n + z.h if k == 0 and not z.sequential else n) * o * FLOAT)
+        if z.sequential:
+            # one block: the rows sent, then the rows received and their product into the touched rows
+            live.alloc("halo block", (z.block + max(z.sent_block, z.touched)) * w * FLOAT
+                       + (z.block * i * FLOAT if k == 0 else 0))
+        elif k > 0:
+            live.alloc("halo rows", (n + z.h) * w * FLOAT)
+        live.alloc("aggregated", n * w * FLOAT)
+        live.free("halo block", "halo rows", "transformed rows")
+        keep_input = training and (not aggregate_first or config.model == "sage" or (k > 0 and p == 0))
+        if keep_input:
+            live.rename("layer input", f"saved input {k}")
+        elif aggregate_first and config.model == "gcn" and (z.sequential or k > 0):
+            live.free("layer input")  # the conv took the only reference and freed it after aggregating
+        if aggregate_first:
+            live.alloc("layer output", n * o * FLOAT)
+            if training:
+                live.rename("aggregated", f"saved aggregation {k}")
+        else:
+            live.rename("aggregated", "layer output")
+        if config.model == "sage":
+            live.alloc("root term", 2 * n * o * FLOAT)
+        live.free("aggregated", "root term", "layer input")
+    live.alloc("loss", 3 * n * widths[-1][1] * FLOAT if training else 0)
+
+
+def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
+    """Gradients flow back layer by layer; each saved tensor goes when the step that needed it is done."""
+    n = z.n
+    live.free("layer output")
+    live.alloc("output gradient", n * widths[-1][1] * FLOAT)
+    live.free("loss")
+    for k in reversed(range(len(widths))):
+        i, o = widths[k]
+        aggregate_first = i <= o
+        w = i if aggregate_first else o
+        if aggregate_first:
+            if k == 0:
+                break  # the first layer aggregates constant inputs: only its weight gradient remains
+            live.alloc("aggregation gradient", n * w * FLOAT)  # through the output transform
+            live.free(f"saved aggregation {k}", "output gradient")
+        else:
+            live.rename("output gradient", "aggregation gradient")
+        # through the aggregation: A^T times the gradient, the halo rows' share going back to their owners
+        live.alloc("halo gradient", (z.block + max(z.sent_block, z.touched)) * w * FLOAT if z.sequential
+                   else (n + z.h) * w * FLOAT)
+        live.alloc("input gradient", n * w * FLOAT)
+        live.free("halo gradient", "aggregation gradient")
+        if not aggregate_first:
+            if k == 0:
+                break
+            live.alloc("input gradient", n * (i - w) * FLOAT)  # through the input transform: width i
+        live.free(f"saved input {k}")
+        live.alloc("output gradient", n * i * FLOAT)  # through ReLU and dropout, into the layer below
+        live.free("input gradient", f"saved mask {k}")
+        if config.batch_norm:
+            live.alloc("input gradient", n * i * FLOAT)
+            live.free("output gradient", f"saved norm {k}")
+            live.rename("input gradient", "output gradient")
+
+
+def part_shape(part) -> PartShape:
+    """The statistics of a loaded part (partition.format.PartData)."""
+    num_parts = part.meta.num_parts
+    return PartShape(owned=part.n_owned, halo=part.n_halo, entries=int(part.indptr[-1]),
+                     cut_entries=int(np.count_nonzero(part.indices >= part.n_owned)),
+                     sent_per_peer=tuple(int(v) for v in np.diff(part.send_ptr)),
+                     received_per_peer=tuple(int(v) for v in np.bincount(part.halo_owner, minlength=num_parts)))
+
+
+def part_shapes(directory) -> list[PartShape]:
+    """Statistics of every part of a partition directory, reading only the small arrays of each file."""
+    from pathlib import Path
+
+    from partition.format import load_meta, part_file_name
+
+    directory = Path(directory)
+    meta = load_meta(directory)
+    shapes = []
+    for k, info in enumerate(meta.parts):
+        with np.load(directory / part_file_name(k), allow_pickle=False) as arrays:
+            sent = np.diff(arrays["send_ptr"])
+            received = np.bincount(arrays["halo_owner"], minlength=meta.num_parts)
+        shapes.append(PartShape(owned=info.owned, halo=info.halo, entries=info.local_edges + info.cut_edges,
+                                cut_entries=info.cut_edges,
+                                sent_per_peer=tuple(int(v) for v in sent),
+                                received_per_peer=tuple(int(v) for v in received)))
+    return shapes
+
+
+def plan_config_of(train_config) -> PlanConfig:
+    """The planner's view of a gnn_dist.trainer.TrainConfig."""
+    model = train_config.model
+    return PlanConfig(model=model.model, hidden=model.hidden, num_layers=model.num_layers, dropout=model.dropout,
+                      batch_norm=model.batch_norm, halo_memory=train_config.halo_memory,
+                      halo_block_rows=train_config.halo_block_rows, feature_dtype=train_config.feature_dtype,
+                      eval_chunk_nodes=train_config.eval_chunk_nodes)
+
+
+def available_memory_bytes() -> int | None:
+    """The host's MemAvailable (Linux), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """What one rank reports before training: its host, its plan, what it holds now, what its host has free."""
+
+    host: str
+    predicted: int
+    summary: str
+    current: int
+    available: int | None
+
+
+def memory_refusal(ranks: list[RankMemory], limit: int | None) -> str | None:
+    """The one-line reason not to start, or None when every rank's plan fits.
+
+    With a limit (bytes per rank), each rank's predicted peak must stay below it.
+    Without one, the ranks of each host must fit together in what the host has
+    available now, counting only what they still have to allocate.
+    """
+    fixes = ("start more ranks on a partition with more parts, use --halo-memory sequential (and "
+             "--halo-block-rows), --feature-dtype bf16, or a smaller --hidden")
+    if limit is not None:
+        worst = max(range(len(ranks)), key=lambda r: ranks[r].predicted)
+        if ranks[worst].predicted > limit:
+            return (f"rank {worst} would need about {ranks[worst].predicted / 2**30:.2f} GiB at its peak "
+                    f"({ranks[worst].summary}), over --memory-limit {limit / 2**30:.2f} GiB: {fixes}")
+        return None
+    hosts: dict[str, list[int]] = {}
+    for r, report in enumerate(ranks):
+        hosts.setdefault(report.host, []).append(r)
+    for host, members in hosts.items():
+        available = [ranks[r].available for r in members if ranks[r].available is not None]
+        if not available:
+            continue
+        needed = sum(max(ranks[r].predicted - ranks[r].current, 0) for r in members)
+        if needed > min(available):
+            worst = max(members, key=lambda r: ranks[r].predicted)
+            return (f"the {len(members)} ranks on {host} would need about {needed / 2**30:.2f} GiB more "
+                    f"(rank {worst}: {ranks[worst].predicted / 2**30:.2f} GiB at its peak: {ranks[worst].summary}) "
+                    f"but {min(available) / 2**30:.2f} GiB is available: {fixes}; or pass --memory-limit to "
+                    f"override")
+    return None

@@ -1,0 +1,121 @@
+"""The memory planner (gnn_dist.plan) against counts made by hand, and train's refusal to start."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gnn_dist.plan import (PROCESS_BYTES, PartShape, PlanConfig, RankMemory, memory_refusal, part_shapes,
+                           plan_part, plan_phases)
+from partition.format import load_meta, load_part
+from tests.conftest import run_cli, run_mpi
+
+GIB = 2**30
+
+
+def _tiny_shape(partitioned, num_parts=2, part=0):
+    directory = partitioned("synthetic:tiny", num_parts)
+    return directory, part_shapes(directory)[part], load_meta(directory)
+
+
+def test_part_statistics_are_read_from_the_part_file(partitioned):
+    directory, shape, meta = _tiny_shape(partitioned)
+    part = load_part(directory, 0)
+    assert (shape.owned, shape.halo) == (part.n_owned, part.n_halo)
+    assert shape.entries == part.indices.shape[0]
+    assert shape.cut_entries == int((part.indices >= part.n_owned).sum())
+    assert shape.sent == part.send_idx.shape[0]
+    assert sum(shape.received_per_peer) == part.n_halo
+
+
+@pytest.mark.parametrize("halo_memory", ["resident", "sequential"])
+def test_training_peak_equals_a_count_by_hand(partitioned, halo_memory):
+    """GCN 16 -> 32 -> 4 with dropout: the first layer aggregates first, the second transforms first."""
+    directory, shape, meta = _tiny_shape(partitioned)
+    F, H, C = meta.num_features, 32, meta.num_classes
+    n, h, S, nnz = shape.owned, shape.halo, shape.sent, shape.entries + shape.owned
+    config = PlanConfig(model="gcn", hidden=H, num_layers=2, dropout=0.5, halo_memory=halo_memory,
+                        halo_block_rows=0)
+    train = plan_phases(shape, config, F, C)["train"]
+    f = 4
+    params = F * H + H + H * C + C
+    held = PROCESS_BYTES + (n + h) * F * f + nnz * 16 + (2 * n + h + 2) * 4 + n * 27 + h * 24 + S * 24 \
+        + params * f * 5
+    if halo_memory == "resident":
+        held += 2 * S * C * f  # the exchanger keeps the send rows and returned gradients of the one exchanged width
+        first_input, halo_rows, halo_grad = (n + h) * F * f, (n + h) * C * f, (n + h) * C * f
+        layer0 = first_input + n * F * f + n * H * f         # dropped [owned | halo] inputs, aggregation, output
+    else:
+        blocks = sum(1 for r in shape.received_per_peer if r)
+        held += blocks * 8 + min(shape.cut_entries, n * blocks) * 16
+        block = max(shape.received_per_peer)
+        touched = min(n, shape.cut_entries * block // h)
+        halo_rows = halo_grad = (block + max(max(shape.sent_per_peer), touched)) * C * f
+        layer0 = max(n * F * f + (block + max(max(shape.sent_per_peer), touched)) * F * f + block * F * f
+                     + n * F * f, n * F * f + n * H * f)
+    saved0 = n * F * f                 # the first layer's aggregation, for its weight gradient
+    layer1 = saved0 + n * H * f + n * H + n * C * f + halo_rows + n * C * f   # input, mask, transformed, halo, sum
+    loss = saved0 + n * H + n * H * f + n * C * f + 3 * n * C * f
+    backward = max(saved0 + n * H + n * H * f + n * C * f + halo_grad + n * C * f,  # through the aggregation
+                   saved0 + n * H + n * H * f + n * H * f)                          # through ReLU and dropout
+    assert train.peak == held + max(layer0, layer1, loss, backward)
+
+
+def test_sequential_and_bf16_features_plan_less_than_resident(partitioned):
+    directory = partitioned("synthetic:arxiv", 2)
+    meta = load_meta(directory)
+    shape = part_shapes(directory)[0]
+    base = PlanConfig(hidden=256, num_layers=3)
+    resident = plan_part(shape, base, meta.num_features, meta.num_classes)
+    sequential = plan_part(shape, PlanConfig(hidden=256, num_layers=3, halo_memory="sequential"),
+                           meta.num_features, meta.num_classes)
+    low = plan_part(shape, PlanConfig(hidden=256, num_layers=3, feature_dtype="bf16"), meta.num_features,
+                    meta.num_classes)
+    assert sequential.peak < resident.peak and low.peak < resident.peak
+    assert "halo rows" in resident.parts or "exchange buffers" in resident.parts
+
+
+def _ranks(*predicted_gib, host="a", available_gib=8.0, current_gib=0.5):
+    return [RankMemory(host, int(p * GIB), "x", int(current_gib * GIB), int(available_gib * GIB))
+            for p in predicted_gib]
+
+
+def test_refusal_with_a_limit_names_the_rank_and_the_fixes():
+    assert memory_refusal(_ranks(1.0, 2.0), limit=3 * GIB) is None
+    reason = memory_refusal(_ranks(1.0, 4.0), limit=3 * GIB)
+    assert reason.startswith("rank 1 would need about 4.00 GiB") and "--halo-memory sequential" in reason
+
+
+def test_refusal_without_a_limit_sums_the_ranks_of_each_host():
+    # two ranks needing 3.5 GiB more each fit a host with 8 GiB available, three do not
+    assert memory_refusal(_ranks(4.0, 4.0), limit=None) is None
+    assert "the 3 ranks on a would need about 10.50 GiB more" in memory_refusal(_ranks(4.0, 4.0, 4.0), limit=None)
+    # the same three ranks spread over two hosts fit
+    spread = _ranks(4.0, 4.0) + _ranks(4.0, host="b")
+    assert memory_refusal(spread, limit=None) is None
+
+
+def test_inspect_reports_the_memory_plan_per_rank(partitioned):
+    directory = partitioned("synthetic:tiny", 2)
+    done = run_cli("inspect", str(directory), "--json", "--hidden", "32", "--halo-memory", "sequential")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)["memory_plan"]
+    meta = load_meta(directory)
+    expected = [plan_part(s, PlanConfig(hidden=32, halo_memory="sequential"), meta.num_features,
+                          meta.num_classes).peak for s in part_shapes(directory)]
+    assert plan["predicted_peak_rss_bytes_per_rank"] == expected
+    assert plan["predicted_peak_rss_bytes"] == max(expected)
+
+
+def test_train_refuses_to_start_when_the_plan_exceeds_the_memory_limit(partitioned, tmp_path):
+    directory = partitioned("synthetic:tiny", 2)
+    metrics = tmp_path / "m.jsonl"
+    done = run_mpi(2, "train", "--parts", str(directory), "--epochs", "2", "--memory-limit", "100M",
+                   "--metrics-out", str(metrics))
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "over --memory-limit 0.10 GiB" in errors[0], done.stderr
+    assert not metrics.exists()
+    # the same job under a limit it fits trains
+    done = run_mpi(2, "train", "--parts", str(directory), "--epochs", "1", "--memory-limit", "4G", "--no-progress")
+    assert done.returncode == 0, done.stderr
