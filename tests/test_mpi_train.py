@@ -19,28 +19,34 @@ def read_metrics(path):
 @pytest.mark.parametrize("num_parts", [1, 2, 4])
 @pytest.mark.parametrize("model, hidden, num_layers, batch_norm", [
     ("gcn", 32, 3, False), ("sage", 8, 2, False), ("gcn", 24, 3, True)])
-def test_logits_and_gradients_equal_pyg(partitioned, num_parts, model, hidden, num_layers, batch_norm):
+@pytest.mark.parametrize("halo_memory", ["resident", "sequential"])
+def test_logits_and_gradients_equal_pyg(partitioned, num_parts, model, hidden, num_layers, batch_norm, halo_memory):
     directory = partitioned("synthetic:small", num_parts)
     args = ["--parts", str(directory), "--dataset", "synthetic:small", "--model", model,
-            "--hidden", str(hidden), "--num-layers", str(num_layers)] + (["--batch-norm"] if batch_norm else [])
+            "--hidden", str(hidden), "--num-layers", str(num_layers), "--halo-memory", halo_memory,
+            "--halo-block-rows", "100"] + (["--batch-norm"] if batch_norm else [])
     done = run_mpi(num_parts, *args, script="equivalence.py")
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["ranks"] == num_parts
+    assert result["blocked_operator"] == (halo_memory == "sequential")
     assert result["max_logit_diff"] <= 1e-5 and result["max_grad_diff"] <= 1e-5
 
 
-@pytest.mark.parametrize("model", ["gcn", "sage"])
-def test_loss_curve_is_independent_of_rank_count(partitioned, tmp_path, model):
+@pytest.mark.parametrize("model, halo_memory", [("gcn", "resident"), ("sage", "resident"), ("gcn", "sequential"),
+                                               ("sage", "sequential")])
+def test_loss_curve_is_independent_of_rank_count(partitioned, tmp_path, model, halo_memory):
     curves = {}
     for num_parts in (1, 2, 4):
         out = tmp_path / f"m{num_parts}.jsonl"
         done = run_mpi(num_parts, "train", "--parts", str(partitioned("synthetic:small", num_parts)),
                        "--model", model, "--epochs", "20", "--dropout", "0.5", "--hidden", "32",
+                       "--halo-memory", halo_memory, "--halo-block-rows", "300",
                        "--metrics-out", str(out), "--no-progress")
         assert done.returncode == 0, done.stderr
         epochs, final = read_metrics(out)
         assert final["num_parts"] == num_parts and final["epochs"] == 20
+        assert final["halo_memory"] == halo_memory
         curves[num_parts] = [r["loss"] for r in epochs]
     # the loss must actually move, or equality would prove nothing
     assert curves[1][-1] < 0.9 * curves[1][0]

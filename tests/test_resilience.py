@@ -56,11 +56,12 @@ def whole_and_resumed_losses(parts, common: list[str], tmp_path: Path, every: in
     return losses(whole), losses(resumed)
 
 
-@pytest.mark.parametrize("schedule, dtype", [("exact", "fp32"), ("pipeline", "fp32"), ("stale:3", "int8"),
-                                             ("adaptive:0.05", "fp32")])
-def test_stopped_and_resumed_run_equals_the_uninterrupted_one(partitioned, tmp_path, schedule, dtype):
+@pytest.mark.parametrize("schedule, dtype, halo_memory", [
+    ("exact", "fp32", "resident"), ("pipeline", "fp32", "resident"), ("stale:3", "int8", "resident"),
+    ("adaptive:0.05", "fp32", "resident"), ("exact", "bf16", "sequential")])
+def test_stopped_and_resumed_run_equals_the_uninterrupted_one(partitioned, tmp_path, schedule, dtype, halo_memory):
     common = ["--epochs", "12", "--hidden", "32", "--num-layers", "3", "--schedule", schedule, "--halo-dtype", dtype,
-              "--batch-norm"]
+              "--batch-norm", "--halo-memory", halo_memory, "--halo-block-rows", "200"]
     a, b = whole_and_resumed_losses(partitioned("synthetic:small", 2), common, tmp_path, every=4, fail_at="1:6")
     assert len(a) == len(b) == 12
     for x, y in zip(a, b):

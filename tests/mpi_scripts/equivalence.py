@@ -25,10 +25,13 @@ parser.add_argument("--model", default="gcn")
 parser.add_argument("--hidden", type=int, default=16)
 parser.add_argument("--num-layers", type=int, default=2)
 parser.add_argument("--batch-norm", action="store_true")
+parser.add_argument("--halo-memory", default="resident")
+parser.add_argument("--halo-block-rows", type=int, default=0)
 args = parser.parse_args()
 
 ctx = RankContext(make_world_comm())
-config = TrainConfig(parts=args.parts, epochs=0, progress=False, seed=11,
+config = TrainConfig(parts=args.parts, epochs=0, progress=False, seed=11, halo_memory=args.halo_memory,
+                     halo_block_rows=args.halo_block_rows,
                      model=ModelConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers,
                                        dropout=0.0, batch_norm=args.batch_norm))
 state = setup(ctx, config)
@@ -47,6 +50,7 @@ if ctx.is_root:
         full[node_ids] = rank_logits.double()
     result = {
         "ranks": ctx.size,
+        "blocked_operator": state.graph.blocked is not None,
         "max_logit_diff": float((full - ref_logits).abs().max()),
         "max_grad_diff": max(float((p.grad.double() - ref_grads[k]).abs().max())
                              for k, p in state.model.named_parameters()),
