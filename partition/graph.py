@@ -90,7 +90,9 @@ def symmetrize(edge_index: np.ndarray, num_nodes: int) -> np.ndarray:
         raise DatasetError(f"edge_index refers to nodes outside [0, {num_nodes}): fix the edge list")
     keys = np.empty(2 * edge_index.shape[1], dtype=np.int64)
     filled = add_both_directions(keys, 0, edge_index[0], edge_index[1], num_nodes)
-    return edges_from_keys(keys[:filled], num_nodes)
+    holder = [keys[:filled]]
+    del keys
+    return edges_from_keys(holder, num_nodes)
 
 
 def add_both_directions(keys: np.ndarray, filled: int, src: np.ndarray, dst: np.ndarray, num_nodes: int) -> int:
@@ -111,23 +113,27 @@ def add_both_directions(keys: np.ndarray, filled: int, src: np.ndarray, dst: np.
     return filled + 2 * count
 
 
-def edges_from_keys(keys: np.ndarray, num_nodes: int) -> np.ndarray:
-    """int64 [2, E] (source, target) of the distinct keys, sorted by key; sorts `keys` in place.
+def edges_from_keys(holder: list, num_nodes: int) -> np.ndarray:
+    """int64 [2, E] (source, target) of the distinct keys, sorted by key.
 
-    In-place sort and a one-byte distinct mask, not np.unique (which copies
-    the keys, sorts the copy and builds an index array): at ogbn-products'
-    size that is the difference between about 4 and 13 GiB.
+    holder is a one-element list with the key array; it is taken out, so the
+    caller holds no reference and the array is freed as soon as its distinct
+    keys are copied out. In-place sort and a one-byte distinct mask, not
+    np.unique (which copies the keys, sorts the copy and builds an index
+    array): at ogbn-products' size the peak is the finished edge list plus
+    its keys (about 3 GiB), where np.unique needed about 13.
     """
+    keys = holder.pop()
     keys.sort()
     distinct = np.empty(keys.shape[0], dtype=bool)
     if keys.shape[0]:
         distinct[0] = True
         np.not_equal(keys[1:], keys[:-1], out=distinct[1:])
-    keys = keys[distinct]
-    del distinct
-    out = np.empty((2, keys.shape[0]), dtype=np.int64)
-    np.remainder(keys, num_nodes, out=out[0])
-    np.floor_divide(keys, num_nodes, out=out[1])
+    unique = keys[distinct]
+    del keys, distinct
+    out = np.empty((2, unique.shape[0]), dtype=np.int64)
+    np.remainder(unique, num_nodes, out=out[0])
+    np.floor_divide(unique, num_nodes, out=out[1])
     return out
 
 

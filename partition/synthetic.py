@@ -100,8 +100,9 @@ def make_synthetic(name: str, seed: int = 0) -> Graph:
         dst = by_community[_weighted_pick(rng, cumulative, low, high)]
         filled = add_both_directions(keys, filled, src, dst, n)
         del src, dst, inside, low, high
-    edge_index = edges_from_keys(keys[:filled], n)
+    holder = [keys[:filled]]
     del keys
+    edge_index = edges_from_keys(holder, n)
 
     centroids = rng.standard_normal((c, spec.num_features)) * spec.feature_signal
     x = np.empty((n, spec.num_features), dtype=np.float32)
