@@ -24,6 +24,7 @@ from pathlib import Path
 from statistics import median
 
 from benchmarks.common import machine, markdown_table, partition, run_train
+from gnn_dist.model import ModelConfig
 from gnn_dist.plan import PlanConfig, part_shapes, plan_part
 from partition.format import load_meta
 
@@ -32,7 +33,7 @@ GIB = 2**30
 
 def predicted(parts_dir: Path, mode: str, hidden: int) -> list[int]:
     meta = load_meta(parts_dir)
-    config = PlanConfig(model="gcn", hidden=hidden, num_layers=3, dropout=0.5, halo_memory=mode)
+    config = PlanConfig(model=ModelConfig(model="gcn", hidden=hidden, num_layers=3, dropout=0.5), halo_memory=mode)
     return [plan_part(shape, config, meta.num_features, meta.num_classes).peak for shape in part_shapes(parts_dir)]
 
 

@@ -181,12 +181,10 @@ def cmd_inspect(args) -> int:
     from partition.format import PartitionFormatError
 
     try:
-        report = inspect_partition(args.directory, ModelConfig(model=args.model, hidden=args.hidden,
-                                                               num_layers=args.num_layers),
-                                   schedule=args.schedule, halo_dtype=args.halo_dtype,
-                                   memory=PlanConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers,
-                                                     dropout=args.dropout, batch_norm=args.batch_norm,
-                                                     halo_memory=args.halo_memory,
+        model = ModelConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers, dropout=args.dropout,
+                            batch_norm=args.batch_norm)
+        report = inspect_partition(args.directory, model, schedule=args.schedule, halo_dtype=args.halo_dtype,
+                                   memory=PlanConfig(model=model, halo_memory=args.halo_memory,
                                                      halo_block_rows=args.halo_block_rows,
                                                      feature_dtype=args.feature_dtype))
     except (PartitionFormatError, OSError, ValueError) as err:

@@ -57,12 +57,12 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
             for k, p in enumerate(meta.parts)
         ],
     }
-    memory = memory or PlanConfig(model=model.model, hidden=model.hidden, num_layers=model.num_layers,
-                                  dropout=model.dropout, batch_norm=model.batch_norm)
+    memory = memory or PlanConfig(model=model)
     plans = [plan_part(shape, memory, meta.num_features, meta.num_classes) for shape in part_shapes(directory)]
     report["memory_plan"] = {
         "halo_memory": memory.halo_memory, "halo_block_rows": memory.halo_block_rows,
-        "feature_dtype": memory.feature_dtype, "dropout": memory.dropout, "batch_norm": memory.batch_norm,
+        "feature_dtype": memory.feature_dtype, "dropout": memory.model.dropout,
+        "batch_norm": memory.model.batch_norm,
         "predicted_peak_rss_bytes": max(plan.peak for plan in plans),
         "predicted_peak_rss_bytes_per_rank": [plan.peak for plan in plans],
         "peak_phase_per_rank": [plan.phase for plan in plans],

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gnn_dist.model import ModelConfig
 from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS
 
 FLOAT = 4
@@ -53,11 +54,9 @@ class PartShape:
 
 @dataclass(frozen=True)
 class PlanConfig:
-    model: str = "gcn"
-    hidden: int = 16
-    num_layers: int = 2
-    dropout: float = 0.5
-    batch_norm: bool = False
+    """The model and the training options that memory depends on (the rest of train's options do not)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
     halo_memory: str = "resident"
     halo_block_rows: int = DEFAULT_HALO_BLOCK_ROWS
     feature_dtype: str = "fp32"
@@ -116,11 +115,11 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     n, h, S = shape.owned, shape.halo, shape.sent
     sequential = config.halo_memory == "sequential"
     feature_bytes = {"fp32": 4, "bf16": 2, "fp16": 2}[config.feature_dtype]
-    nnz = shape.entries + (n if config.model == "gcn" else 0)
-    widths = [(i, o) for i, o in zip([num_features] + [config.hidden] * (config.num_layers - 1),
-                                     [config.hidden] * (config.num_layers - 1) + [num_classes])]
-    params = sum(i * o + o + (i * o if config.model == "sage" else 0) for i, o in widths)
-    params += 2 * config.hidden * (config.num_layers - 1) if config.batch_norm else 0
+    model = config.model
+    nnz = shape.entries + (n if model.model == "gcn" else 0)
+    widths = model.widths(num_features, num_classes)
+    params = sum(i * o + o + (i * o if model.model == "sage" else 0) for i, o in widths)
+    params += 2 * model.hidden * (model.num_layers - 1) if model.batch_norm else 0
     peers = [r for r in shape.received_per_peer if r]
     bound = config.halo_block_rows if config.halo_block_rows > 0 else None
     block = min(max(peers, default=0), bound or h)
@@ -165,7 +164,8 @@ def plan_part(shape: PartShape, config: PlanConfig, num_features: int, num_class
 
 def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: bool) -> None:
     """The model's forward (gnn_dist.model.DistGNN.forward; evaluation differs only in what it keeps)."""
-    p = config.dropout if training else 0.0
+    model = config.model
+    p = model.dropout if training else 0.0
     n = z.n
     for k, (i, o) in enumerate(widths):
         aggregate_first = i <= o
@@ -175,7 +175,7 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
             copies = p > 0 or z.feature_bytes != FLOAT
             live.alloc("layer input", rows * i * FLOAT if copies else 0)
         else:
-            if config.batch_norm:
+            if model.batch_norm:
                 live.alloc("batchnorm temporaries", 2 * n * i * FLOAT)
                 live.free("batchnorm temporaries")
                 live.alloc(f"saved norm {k}", n * i * FLOAT if training else 0)  # x_hat
@@ -192,10 +192,10 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
             live.alloc("halo rows", (n + z.h) * w * FLOAT)
         live.alloc("aggregated", n * w * FLOAT)
         live.free("halo block", "halo rows", "transformed rows")
-        keep_input = training and (not aggregate_first or config.model == "sage" or (k > 0 and p == 0))
+        keep_input = training and (not aggregate_first or model.model == "sage" or (k > 0 and p == 0))
         if keep_input:
             live.rename("layer input", f"saved input {k}")
-        elif aggregate_first and config.model == "gcn" and (z.sequential or k > 0):
+        elif aggregate_first and model.model == "gcn" and (z.sequential or k > 0):
             live.free("layer input")  # the conv took the only reference and freed it after aggregating
         if aggregate_first:
             live.alloc("layer output", n * o * FLOAT)
@@ -203,7 +203,7 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
                 live.rename("aggregated", f"saved aggregation {k}")
         else:
             live.rename("aggregated", "layer output")
-        if config.model == "sage":
+        if model.model == "sage":
             live.alloc("root term", 2 * n * o * FLOAT)
         live.free("aggregated", "root term", "layer input")
     live.alloc("loss", 3 * n * widths[-1][1] * FLOAT if training else 0)
@@ -238,7 +238,7 @@ def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
         live.free(f"saved input {k}")
         live.alloc("output gradient", n * i * FLOAT)  # through ReLU and dropout, into the layer below
         live.free("input gradient", f"saved mask {k}")
-        if config.batch_norm:
+        if config.model.batch_norm:
             live.alloc("input gradient", n * i * FLOAT)
             live.free("output gradient", f"saved norm {k}")
             live.rename("input gradient", "output gradient")
@@ -275,9 +275,7 @@ def part_shapes(directory) -> list[PartShape]:
 
 def plan_config_of(train_config) -> PlanConfig:
     """The planner's view of a gnn_dist.trainer.TrainConfig."""
-    model = train_config.model
-    return PlanConfig(model=model.model, hidden=model.hidden, num_layers=model.num_layers, dropout=model.dropout,
-                      batch_norm=model.batch_norm, halo_memory=train_config.halo_memory,
+    return PlanConfig(model=train_config.model, halo_memory=train_config.halo_memory,
                       halo_block_rows=train_config.halo_block_rows, feature_dtype=train_config.feature_dtype,
                       eval_chunk_nodes=train_config.eval_chunk_nodes)
 

@@ -61,6 +61,21 @@ def test_backward_returns_halo_gradients_to_their_owners(partitioned):
             assert torch.allclose(grad[row], expected[node])
 
 
+def one_step_on_every_rank(config: TrainConfig, num_parts: int) -> list[tuple]:
+    """Per rank: (node ids, train-mode logits, loss, parameters, gradients, the rank's LocalGraph) after one step."""
+    def rank_fn(comm):
+        state = setup(RankContext(comm), config)
+        loss = compute_gradients(state, epoch=0)
+        state.model.train()
+        with torch.no_grad():
+            logits = state.model(state.x_full)
+        params = {name: p.detach().clone() for name, p in state.model.named_parameters()}
+        grads = {name: p.grad.clone() for name, p in state.model.named_parameters()}
+        return state.graph.node_ids, logits, loss, params, grads, state.graph
+
+    return run_fake_ranks(num_parts, rank_fn)
+
+
 CASES = [
     ("gcn", 32, 3, False),   # widths 16->32->32->4: aggregate-first, then transform-first last layer
     ("gcn", 8, 2, False),    # 16->8: the first layer transforms first
@@ -79,29 +94,25 @@ def test_distributed_model_equals_pyg_on_the_whole_graph(partitioned, model, hid
                          model=ModelConfig(model=model, hidden=hidden, num_layers=num_layers, dropout=0.0,
                                            batch_norm=batch_norm))
 
-    def rank_fn(comm):
-        state = setup(RankContext(comm), config)
-        loss = compute_gradients(state, epoch=0)
-        state.model.train()
-        with torch.no_grad():
-            logits = state.model(state.x_full)
-        params = {name: p.detach().clone() for name, p in state.model.named_parameters()}
-        grads = {name: p.grad.clone() for name, p in state.model.named_parameters()}
-        return state.graph.node_ids, logits, loss, params, grads
-
-    results = run_fake_ranks(num_parts, rank_fn)
-    graph = load_dataset("synthetic:tiny")
+    results = one_step_on_every_rank(config, num_parts)
     params = results[0][3]
     for r in results[1:]:  # weights are identical on all ranks
         assert all(torch.equal(params[k], r[3][k]) for k in params)
-    widths = config.model.widths(graph.num_features, graph.num_classes)
+    assert_equal_to_pyg(results, config, load_dataset("synthetic:tiny"))
+
+
+def assert_equal_to_pyg(results: list[tuple], config: TrainConfig, graph) -> None:
+    """The ranks' logits, loss and gradients (one_step_on_every_rank) equal PyG's on the whole graph."""
+    params = results[0][3]
+    model = config.model
+    widths = model.widths(graph.num_features, graph.num_classes)
     ref_logits, ref_loss, ref_grads = reference_logits_and_grads(
-        graph, model, widths, batch_norm, {k: v.double() for k, v in params.items()})
+        graph, model.model, widths, model.batch_norm, {k: v.double() for k, v in params.items()})
     logits = torch.zeros(graph.num_nodes, graph.num_classes, dtype=torch.float64)
     for node_ids, rank_logits, *_ in results:
         logits[node_ids] = rank_logits.double()
     assert (logits - ref_logits).abs().max() <= 1e-5
-    for _, _, loss, _, grads in results:
+    for _, _, loss, _, grads, _ in results:
         assert loss == pytest.approx(float(ref_loss), rel=1e-5)
         for name, grad in grads.items():
             assert (grad.double() - ref_grads[name]).abs().max() <= 1e-5, name

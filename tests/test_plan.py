@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from gnn_dist.model import ModelConfig
 from gnn_dist.plan import (PROCESS_BYTES, PartShape, PlanConfig, RankMemory, memory_refusal, part_shapes,
                            plan_part, plan_phases)
 from partition.format import load_meta, load_part
@@ -34,8 +35,8 @@ def test_training_peak_equals_a_count_by_hand(partitioned, halo_memory):
     directory, shape, meta = _tiny_shape(partitioned)
     F, H, C = meta.num_features, 32, meta.num_classes
     n, h, S, nnz = shape.owned, shape.halo, shape.sent, shape.entries + shape.owned
-    config = PlanConfig(model="gcn", hidden=H, num_layers=2, dropout=0.5, halo_memory=halo_memory,
-                        halo_block_rows=0)
+    config = PlanConfig(model=ModelConfig(model="gcn", hidden=H, num_layers=2, dropout=0.5),
+                        halo_memory=halo_memory, halo_block_rows=0)
     train = plan_phases(shape, config, F, C)["train"]
     f = 4
     params = F * H + H + H * C + C
@@ -65,12 +66,11 @@ def test_sequential_and_bf16_features_plan_less_than_resident(partitioned):
     directory = partitioned("synthetic:arxiv", 2)
     meta = load_meta(directory)
     shape = part_shapes(directory)[0]
-    base = PlanConfig(hidden=256, num_layers=3)
-    resident = plan_part(shape, base, meta.num_features, meta.num_classes)
-    sequential = plan_part(shape, PlanConfig(hidden=256, num_layers=3, halo_memory="sequential"),
-                           meta.num_features, meta.num_classes)
-    low = plan_part(shape, PlanConfig(hidden=256, num_layers=3, feature_dtype="bf16"), meta.num_features,
-                    meta.num_classes)
+    model = ModelConfig(hidden=256, num_layers=3)
+    resident = plan_part(shape, PlanConfig(model=model), meta.num_features, meta.num_classes)
+    sequential = plan_part(shape, PlanConfig(model=model, halo_memory="sequential"), meta.num_features,
+                           meta.num_classes)
+    low = plan_part(shape, PlanConfig(model=model, feature_dtype="bf16"), meta.num_features, meta.num_classes)
     assert sequential.peak < resident.peak and low.peak < resident.peak
     assert "halo rows" in resident.parts or "exchange buffers" in resident.parts
 
@@ -101,7 +101,7 @@ def test_inspect_reports_the_memory_plan_per_rank(partitioned):
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)["memory_plan"]
     meta = load_meta(directory)
-    expected = [plan_part(s, PlanConfig(hidden=32, halo_memory="sequential"), meta.num_features,
+    expected = [plan_part(s, PlanConfig(model=ModelConfig(hidden=32), halo_memory="sequential"), meta.num_features,
                           meta.num_classes).peak for s in part_shapes(directory)]
     assert plan["predicted_peak_rss_bytes_per_rank"] == expected
     assert plan["predicted_peak_rss_bytes"] == max(expected)

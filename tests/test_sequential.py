@@ -9,25 +9,9 @@ import torch
 from gnn_dist.comm import run_fake_ranks
 from gnn_dist.context import RankContext
 from gnn_dist.model import ModelConfig
-from gnn_dist.trainer import TrainConfig, compute_gradients, run_epochs, setup
+from gnn_dist.trainer import TrainConfig, run_epochs, setup
 from partition.datasets import load_dataset
-from tests.reference import reference_logits_and_grads
-from tests.test_halo_fake import CASES
-
-
-def _logits_loss_grads(directory, config, num_parts):
-    def rank_fn(comm):
-        state = setup(RankContext(comm), config)
-        loss = compute_gradients(state, epoch=0)
-        state.model.train()
-        with torch.no_grad():
-            logits = state.model(state.x_full)
-        params = {name: p.detach().clone() for name, p in state.model.named_parameters()}
-        grads = {name: p.grad.clone() for name, p in state.model.named_parameters()}
-        return state.graph.node_ids, logits, loss, params, grads, state.exchanger.counters.halo_bytes, \
-            state.graph.blocked
-
-    return run_fake_ranks(num_parts, rank_fn)
+from tests.test_halo_fake import CASES, assert_equal_to_pyg, one_step_on_every_rank
 
 
 @pytest.mark.parametrize("model, hidden, num_layers, batch_norm", CASES)
@@ -39,27 +23,17 @@ def test_sequential_model_equals_pyg_on_the_whole_graph(partitioned, model, hidd
                          halo_block_rows=block_rows,
                          model=ModelConfig(model=model, hidden=hidden, num_layers=num_layers, dropout=0.0,
                                            batch_norm=batch_norm))
-    results = _logits_loss_grads(directory, config, num_parts)
+    results = one_step_on_every_rank(config, num_parts)
     graph = load_dataset("synthetic:tiny")
     # The mode under test really ran: every rank built the blocked operator and, with several ranks,
     # received halo blocks (cut to at most block_rows rows when bounded).
-    for *_, blocked in results:
+    for *_, local in results:
+        blocked = local.blocked
         assert blocked is not None
         assert (len(blocked.steps) > 0) == (num_parts > 1)
         if block_rows:
             assert max(b.col_stop - b.col_start for b in blocked.blocks) <= block_rows
-    params = results[0][3]
-    widths = config.model.widths(graph.num_features, graph.num_classes)
-    ref_logits, ref_loss, ref_grads = reference_logits_and_grads(
-        graph, model, widths, batch_norm, {k: v.double() for k, v in params.items()})
-    logits = torch.zeros(graph.num_nodes, graph.num_classes, dtype=torch.float64)
-    for node_ids, rank_logits, *_ in results:
-        logits[node_ids] = rank_logits.double()
-    assert (logits - ref_logits).abs().max() <= 1e-5
-    for _, _, loss, _, grads, *_ in results:
-        assert loss == pytest.approx(float(ref_loss), rel=1e-5)
-        for name, grad in grads.items():
-            assert (grad.double() - ref_grads[name]).abs().max() <= 1e-5, name
+    assert_equal_to_pyg(results, config, graph)
 
 
 def _curve(directory, config, num_parts):
