@@ -111,7 +111,12 @@ def keyed_dropout(x: torch.Tensor, node_ids: torch.Tensor, key: int, p: float, t
 
 
 class _NativeKeyedDropout(torch.autograd.Function):
-    """The same masks computed in C++ in one pass, the ReLU folded into the saved mask."""
+    """The same masks computed in C++ in one pass, the ReLU folded into the saved mask.
+
+    The mask is saved packed, one bit per element: the dropout half could be
+    recomputed from its key, but the ReLU half depends on the overwritten
+    input, and one bit holds both in a thirty-second of the activation's size.
+    """
 
     @staticmethod
     def forward(ctx, x, node_ids, key, p, relu, native, inplace=False):  # type: ignore[override]
@@ -130,8 +135,7 @@ class _NativeKeyedDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
         (mask,) = ctx.saved_tensors
-        grad_in = ctx.native.masked_scale(grad_out, mask, ctx.scale) \
-            if grad_out.dtype == torch.float32 else torch.mul(grad_out, mask).mul_(ctx.scale)
+        grad_in = ctx.native.masked_scale(grad_out.float(), mask, ctx.scale).to(grad_out.dtype)
         return grad_in, None, None, None, None, None, None
 
 

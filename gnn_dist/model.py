@@ -259,7 +259,7 @@ def forward_blocks(model: DistGNN, x_src: torch.Tensor, operators: list, node_id
     Layer k's input rows are the first rows of the outermost level (levels are
     prefixes of one another), so `node_ids` (one int64 id per outermost row)
     keys every layer's dropout mask with layer_keys[k]: one fused pass for
-    ReLU and dropout, a one-byte mask saved, and nothing drawn from a
+    ReLU and dropout, a one-bit mask saved, and nothing drawn from a
     generator whose state a checkpoint would have to carry.
 
     Shapes:

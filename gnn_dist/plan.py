@@ -181,7 +181,8 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
                 live.alloc(f"saved norm {k}", n * i * FLOAT if training else 0)  # x_hat
             live.rename("layer output", "layer input")  # ReLU and dropout run in place
             if training:
-                live.alloc(f"saved mask {k}", n * i if p > 0 else 0)  # one byte per element
+                # one bit per element, rows padded to whole bytes (the native kernel; torch's fallback keeps a byte)
+                live.alloc(f"saved mask {k}", n * ((i + 7) // 8) if p > 0 else 0)
         if not aggregate_first:
             live.alloc("transformed rows", (n + z.h if k == 0 and not z.sequential else n) * o * FLOAT)
         if z.sequential:

@@ -55,10 +55,11 @@ def test_training_peak_equals_a_count_by_hand(partitioned, halo_memory):
         layer0 = max(n * F * f + (block + max(max(shape.sent_per_peer), touched)) * F * f + block * F * f
                      + n * F * f, n * F * f + n * H * f)
     saved0 = n * F * f                 # the first layer's aggregation, for its weight gradient
-    layer1 = saved0 + n * H * f + n * H + n * C * f + halo_rows + n * C * f   # input, mask, transformed, halo, sum
-    loss = saved0 + n * H + n * H * f + n * C * f + 3 * n * C * f
-    backward = max(saved0 + n * H + n * H * f + n * C * f + halo_grad + n * C * f,  # through the aggregation
-                   saved0 + n * H + n * H * f + n * H * f)                          # through ReLU and dropout
+    mask = n * H // 8                  # one bit per element of the hidden layer's input (H = 32: whole bytes)
+    layer1 = saved0 + n * H * f + mask + n * C * f + halo_rows + n * C * f   # input, mask, transformed, halo, sum
+    loss = saved0 + mask + n * H * f + n * C * f + 3 * n * C * f
+    backward = max(saved0 + mask + n * H * f + n * C * f + halo_grad + n * C * f,  # through the aggregation
+                   saved0 + mask + n * H * f + n * H * f)                          # through ReLU and dropout
     assert train.peak == held + max(layer0, layer1, loss, backward)
 
 
