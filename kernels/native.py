@@ -8,6 +8,7 @@ fallback; GNN_DIST_KERNEL=native makes a failed build an error.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import warnings
@@ -35,7 +36,11 @@ def native_module():
             try:
                 import torch.utils.cpp_extension as cpp
 
-                _module = cpp.load(name="gnn_dist_native_kernels", sources=[str(_SOURCE)],
+                # The build is named by its source's digest: checkouts with different kernel sources (an
+                # older release beside this one, benchmarks of two commits) never rebuild over each other's
+                # build while the other's ranks are loading it.
+                digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
+                _module = cpp.load(name=f"gnn_dist_native_kernels_{digest}", sources=[str(_SOURCE)],
                                    extra_cflags=["-O3", "-march=native"], verbose=False)
             except Exception as err:  # noqa: BLE001 - any build problem means: use the fallback
                 _failed = f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"
