@@ -83,10 +83,10 @@ def make_synthetic(name: str, seed: int = 0) -> Graph:
     community_end = np.cumsum(np.bincount(y, minlength=c))
     community_start = community_end - np.bincount(y, minlength=c)
 
-    # Edges and features are drawn in chunks, so the generator's peak is the key array of the finished
-    # graph plus one chunk, not a dozen edge-sized temporaries (ogbn-products' size needs about 4 GiB, where
-    # drawing everything at once needed over 12). The draws come in the same order as one whole-graph draw
-    # would make them, so a graph below one chunk is the same graph either way.
+    # Edges and features are drawn in chunks, so the generator's peak is about the finished graph, not a
+    # dozen edge-sized temporaries: at ogbn-products' size 3.26 GB for a 2.94 GB graph (measured with
+    # /usr/bin/time), where drawing everything at once and np.unique needed over 12 GB. The draws come in
+    # the same order as one whole-graph draw would make them, so a graph below one chunk is the same graph.
     m = spec.num_directed_edges
     keys = np.empty(2 * m, dtype=np.int64)
     filled = 0
