@@ -44,7 +44,7 @@ PRESETS: dict[str, SyntheticSpec] = {
     "medium": SyntheticSpec(400_000, 6_100_000, 100, 47, 0.7, 0.1, (0.08, 0.016, 0.904)),
     # Past the 600k nodes the scale-out memory benchmark needs, with replication above 1.8 at P=2.
     "large": SyntheticSpec(600_000, 9_200_000, 100, 47, 0.7, 0.1, (0.08, 0.016, 0.904)),
-    # ogbn-products' size: 2,449,029 nodes, about 62M undirected edges (123.7M directed after
+    # ogbn-products' size: 2,449,029 nodes, about 62M undirected edges (122.3M directed after
     # symmetrisation), 100 features, 47 classes, its 8% / 1.6% / 90.4% split.
     "products": SyntheticSpec(2_449_029, 62_000_000, 100, 47, 0.7, 0.1, (0.08, 0.016, 0.904)),
 }
