@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from gnn_dist.halo import HaloExchanger
+from gnn_dist.schedules import StaleSchedule
 from kernels.spmm import SparseOperator, _matmul, spmm
 
 HALO_MEMORY_MODES = ("resident", "sequential")
@@ -142,9 +143,24 @@ def aggregate_exchanged(blocked: BlockedOperator, exchanger: HaloExchanger, x_ow
                         bias: torch.Tensor | None, slot: str) -> torch.Tensor:
     """A @ [X_owned | X_halo] (+ bias), the halo rows received block by block; differentiable in X and bias.
 
+    Under `stale:R` (training only) the received rows are also written into the
+    schedule's per-layer cache of halo rows (what stale halos need, and all they
+    keep); between refreshes the blocks come from that cache, nothing travels,
+    and the halo rows' gradients are discarded, as resident stale halos do.
+
     Shapes: x_owned [n_owned, F] -> [n_owned, F]
     """
-    return _SequentialAggregate.apply(x_owned.contiguous(), bias, blocked, exchanger, slot)
+    stale = exchanger.schedule if exchanger.training and isinstance(exchanger.schedule, StaleSchedule) else None
+    cache = None
+    if stale is not None:
+        cache = stale.cache.get(slot)
+        if exchanger.epoch % stale.refresh_every != 0 and cache is not None:
+            plan = exchanger.plan
+            exchanger.counters.halo_rows_skipped += plan.rows_sent - int(plan.send_counts[plan.rank]) + plan.n_halo
+            return aggregate_local(blocked, x_owned, lambda start, stop: cache[start:stop], bias)
+        cache = torch.empty(exchanger.plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype)
+        stale.cache[slot] = cache
+    return _SequentialAggregate.apply(x_owned.contiguous(), bias, blocked, exchanger, slot, cache)
 
 
 def aggregate_local(blocked: BlockedOperator, owned_source: torch.Tensor, halo_source, bias: torch.Tensor | None
@@ -175,7 +191,8 @@ def _send_counts(num_parts: int, peer: int, rows: int) -> np.ndarray:
 
 class _SequentialAggregate(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x_owned, bias, blocked: BlockedOperator, ex: HaloExchanger, slot: str):  # type: ignore[override]
+    def forward(ctx, x_owned, bias, blocked: BlockedOperator, ex: HaloExchanger, slot: str,  # type: ignore[override]
+                keep_into: torch.Tensor | None = None):
         plan = ex.plan
         ctx.blocked, ctx.ex, ctx.slot, ctx.has_bias = blocked, ex, slot, bias is not None
         out = _matmul(blocked.owned.matrix, x_owned, bias)
@@ -187,6 +204,8 @@ class _SequentialAggregate(torch.autograd.Function):
             ex.send_rows(send, _send_counts(plan.num_parts, step.dest, send.shape[0]), received,
                          _send_counts(plan.num_parts, step.src, received.shape[0]))
             del send
+            if keep_into is not None:
+                keep_into[block.col_start:block.col_stop] = received
             if received.shape[0]:
                 out.index_add_(0, block.rows, _matmul(block.operator.matrix, received))
         return out
@@ -209,4 +228,4 @@ class _SequentialAggregate(torch.autograd.Function):
             del grad_halo
             grad_x.index_add_(0, plan.send_idx[step.send_start:step.send_stop], returned)
         grad_bias = grad_out.sum(0) if ctx.has_bias and ctx.needs_input_grad[1] else None
-        return grad_x, grad_bias, None, None, None
+        return grad_x, grad_bias, None, None, None, None

@@ -38,7 +38,7 @@ from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
 from gnn_dist.plan import (RankMemory, available_memory_bytes, memory_refusal, part_shape, plan_config_of,
                            plan_part)
 from gnn_dist.sampled import SampledConfig, SampledRun
-from gnn_dist.schedules import parse_schedule
+from gnn_dist.schedules import ExactSchedule, StaleSchedule, parse_schedule
 from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS, HALO_MEMORY_MODES
 from gnn_dist.watchdog import NoWatchdog, Watchdog
 from kernels.native import native_module
@@ -102,9 +102,9 @@ class TrainConfig:
         if self.halo_memory == "sequential":
             if self.mode != "full":
                 raise ValueError("--halo-memory sequential is for --mode full (sampled mode holds no layer halos)")
-            if self.schedule != "exact":
-                raise ValueError(f"--halo-memory sequential runs with --schedule exact only: {self.schedule} keeps "
-                                 f"whole-halo tensors between epochs; use --halo-memory resident with it")
+            if not isinstance(parse_schedule(self.schedule), (ExactSchedule, StaleSchedule)):
+                raise ValueError(f"--halo-memory sequential runs with --schedule exact or stale:R: {self.schedule} "
+                                 f"builds whole-halo tensors each epoch; use --halo-memory resident with it")
         if self.halo_block_rows < 0:
             raise ValueError(f"--halo-block-rows must be 0 (a peer's whole block) or positive, got "
                              f"{self.halo_block_rows}")
