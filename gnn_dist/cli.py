@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("partition", help="split a dataset into P parts on disk")
-    p.add_argument("--dataset", required=True, help="synthetic:tiny|small|arxiv|medium, planetoid:NAME, ogbn-*, npz:PATH")
+    p.add_argument("--dataset", required=True,
+                   help="synthetic:tiny|small|arxiv|medium|large|products, planetoid:NAME, ogbn-*, npz:PATH")
     p.add_argument("--root", default=None, help="folder holding the dataset's files (planetoid, ogbn)")
     p.add_argument("--num-parts", type=int, required=True)
     p.add_argument("--out", required=True, help="partition directory to create")
@@ -184,7 +185,7 @@ def cmd_inspect(args) -> int:
         model = ModelConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers, dropout=args.dropout,
                             batch_norm=args.batch_norm)
         report = inspect_partition(args.directory, model, schedule=args.schedule, halo_dtype=args.halo_dtype,
-                                   memory=PlanConfig(model=model, halo_memory=args.halo_memory,
+                                   memory=PlanConfig(model=model, halo_memory=args.halo_memory, schedule=args.schedule,
                                                      halo_block_rows=args.halo_block_rows,
                                                      feature_dtype=args.feature_dtype))
     except (PartitionFormatError, OSError, ValueError) as err:

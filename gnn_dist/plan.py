@@ -61,6 +61,7 @@ class PlanConfig:
     halo_block_rows: int = DEFAULT_HALO_BLOCK_ROWS
     feature_dtype: str = "fp32"
     eval_chunk_nodes: int = 16384
+    schedule: str = "exact"
 
 
 @dataclass
@@ -139,6 +140,11 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     if not sequential and len(peers):
         exchanged = {min(i, o) for i, o in widths[1:]}
         persistent["exchange buffers"] = 2 * S * sum(exchanged) * FLOAT  # send rows and returned gradients
+    if len(peers):
+        # Rows the schedule keeps between epochs, per exchanged layer (gnn_dist.schedules).
+        per_width = {"stale": h, "pipeline": 2 * h + 2 * S, "adaptive": 2 * (h + S)}.get(
+            config.schedule.partition(":")[0], 0)
+        persistent["schedule caches"] = per_width * sum(min(i, o) for i, o in widths[1:]) * FLOAT
 
     setup = _Liveness({"process": PROCESS_BYTES})
     setup.alloc("part file", n * (num_features * FLOAT + 4 * INDEX + 3) + h * (3 * INDEX + 4)
@@ -276,7 +282,7 @@ def part_shapes(directory) -> list[PartShape]:
 
 def plan_config_of(train_config) -> PlanConfig:
     """The planner's view of a gnn_dist.trainer.TrainConfig."""
-    return PlanConfig(model=train_config.model, halo_memory=train_config.halo_memory,
+    return PlanConfig(model=train_config.model, halo_memory=train_config.halo_memory, schedule=train_config.schedule,
                       halo_block_rows=train_config.halo_block_rows, feature_dtype=train_config.feature_dtype,
                       eval_chunk_nodes=train_config.eval_chunk_nodes)
 

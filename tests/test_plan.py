@@ -76,6 +76,18 @@ def test_sequential_and_bf16_features_plan_less_than_resident(partitioned):
     assert "halo rows" in resident.parts or "exchange buffers" in resident.parts
 
 
+def test_schedules_that_keep_halo_rows_between_epochs_plan_their_caches(partitioned):
+    directory = partitioned("synthetic:tiny", 2)
+    meta = load_meta(directory)
+    shape = part_shapes(directory)[0]
+    model = ModelConfig(hidden=32, num_layers=3)   # exchanged widths 32 and 4 (the classes)
+    plans = {spec: plan_phases(shape, PlanConfig(model=model, schedule=spec), meta.num_features,
+                               meta.num_classes)["train"] for spec in ("exact", "stale:4", "pipeline")}
+    h, S = shape.halo, shape.sent
+    assert plans["stale:4"].peak - plans["exact"].peak == h * (32 + 4) * 4
+    assert plans["pipeline"].peak - plans["exact"].peak == (2 * h + 2 * S) * (32 + 4) * 4
+
+
 def _ranks(*predicted_gib, host="a", available_gib=8.0, current_gib=0.5):
     return [RankMemory(host, int(p * GIB), "x", int(current_gib * GIB), int(available_gib * GIB))
             for p in predicted_gib]
