@@ -32,7 +32,8 @@ from gnn_dist.codec import HALO_DTYPES, make_codec
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.memory import PhasePeaks, current_rss_bytes, peak_rss_bytes, release_free_heap, return_large_blocks_on_free
+from gnn_dist.memory import (PhasePeaks, current_rss_bytes, peak_rss_bytes, release_free_heap,
+                             return_large_blocks_on_free)
 from gnn_dist.metrics import MetricsWriter, summarise
 from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
 from gnn_dist.plan import (RankMemory, available_memory_bytes, memory_refusal, part_shape, plan_config_of,
