@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from gnn_dist.model import ModelConfig, exchanged_widths, predicted_halo_bytes_per_epoch
-from gnn_dist.plan import PlanConfig, part_shapes, plan_part
+from gnn_dist.plan import PlanConfig, part_shapes, plan_part, readable_bytes
 from partition.format import load_meta, verify_part_file
 
 FP32_BYTES = 4
@@ -103,6 +103,6 @@ def format_report(report: dict) -> str:
         f"  peak memory         {plan['predicted_peak_rss_bytes'] / 2**30:.2f} GiB per rank at most (predicted; "
         f"per rank {per_rank} GiB) with --halo-memory {plan['halo_memory']}, --feature-dtype "
         f"{plan['feature_dtype']}",
-        "                      largest rank at its peak: " + ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in largest),
+        "                      largest rank at its peak: " + ", ".join(f"{k} {readable_bytes(v)}" for k, v in largest),
     ]
     return "\n".join(lines)

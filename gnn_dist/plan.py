@@ -74,7 +74,12 @@ class MemoryPlan:
 
     def summary(self, top: int = 6) -> str:
         largest = sorted(self.parts.items(), key=lambda kv: -kv[1])[:top]
-        return ", ".join(f"{name} {value / 2**30:.2f} GiB" for name, value in largest if value)
+        return ", ".join(f"{name} {readable_bytes(value)}" for name, value in largest if value)
+
+
+def readable_bytes(value: float) -> str:
+    """GiB from 1 GiB up, MiB below (small parts would all read 0.00 GiB)."""
+    return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
 
 
 class _Liveness:
