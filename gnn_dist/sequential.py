@@ -74,17 +74,12 @@ class Step:
 class BlockedOperator:
     """A part's operator split into its owned columns and blocks of halo columns, with the exchange steps."""
 
-    n_owned: int
     owned: SparseOperator
     steps: tuple[Step, ...]
 
     @property
     def blocks(self) -> tuple[HaloBlock, ...]:
         return tuple(step.block for step in self.steps)
-
-    @property
-    def nnz(self) -> int:
-        return self.owned.nnz + sum(block.operator.nnz for block in self.blocks)
 
 
 def exchange_rounds(send_counts: np.ndarray, block_rows: int) -> list[tuple[int, int]]:
@@ -136,7 +131,7 @@ def build_blocked_operator(rows: torch.Tensor, cols: torch.Tensor, values: torch
                                            (int(row_ids.shape[0]), c_hi - c_lo))
         steps.append(Step(dest, int(send_start[dest]) + s_lo, int(send_start[dest]) + s_hi, src,
                           HaloBlock(c_lo, c_hi, row_ids, operator)))
-    return BlockedOperator(n_owned=n_owned, owned=owned, steps=tuple(steps))
+    return BlockedOperator(owned=owned, steps=tuple(steps))
 
 
 def aggregate_exchanged(blocked: BlockedOperator, exchanger: HaloExchanger, x_owned: torch.Tensor,
