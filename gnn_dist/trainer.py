@@ -97,13 +97,13 @@ class TrainConfig:
             if self.schedule != "exact" or self.halo_dtype != "fp32":
                 raise ValueError("--schedule and --halo-dtype shape full-batch halo traffic: use them with --mode "
                                  "full (sampled mode fetches exact fp32 features)")
-        parse_schedule(self.schedule)
+        schedule = parse_schedule(self.schedule)
         if self.halo_memory not in HALO_MEMORY_MODES:
             raise ValueError(f"bad --halo-memory {self.halo_memory!r}: use resident or sequential")
         if self.halo_memory == "sequential":
             if self.mode != "full":
                 raise ValueError("--halo-memory sequential is for --mode full (sampled mode holds no layer halos)")
-            if not isinstance(parse_schedule(self.schedule), (ExactSchedule, StaleSchedule)):
+            if not isinstance(schedule, (ExactSchedule, StaleSchedule)):
                 raise ValueError(f"--halo-memory sequential runs with --schedule exact or stale:R: {self.schedule} "
                                  f"builds whole-halo tensors each epoch; use --halo-memory resident with it")
         if self.halo_block_rows < 0:
