@@ -15,6 +15,8 @@ from kernels.spmm import SparseOperator, spmm
 from partition.format import PartData
 
 MODELS = ("gcn", "sage")
+# Storage of the input features (--feature-dtype); the model upcasts them to fp32 where it uses them.
+FEATURE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gnn_dist.model import ModelConfig
+from gnn_dist.model import FEATURE_DTYPES, ModelConfig, exchanged_widths
 from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS
 
 FLOAT = 4
@@ -120,7 +120,7 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     """Predicted peak resident bytes of the rank that trains this part, per phase (setup, train, eval)."""
     n, h, S = shape.owned, shape.halo, shape.sent
     sequential = config.halo_memory == "sequential"
-    feature_bytes = {"fp32": 4, "bf16": 2, "fp16": 2}[config.feature_dtype]
+    feature_bytes = FEATURE_DTYPES[config.feature_dtype].itemsize
     model = config.model
     nnz = shape.entries + (n if model.model == "gcn" else 0)
     widths = model.widths(num_features, num_classes)
@@ -142,14 +142,15 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
         "ids, labels, plan": n * (3 * INDEX + 3) + h * 3 * INDEX + S * 3 * INDEX,
         "parameters, Adam": params * FLOAT * 5,
     }
+    exchanged = [w for w in exchanged_widths(model, num_features, num_classes) if w]
     if not sequential and len(peers):
-        exchanged = {min(i, o) for i, o in widths[1:]}
-        persistent["exchange buffers"] = 2 * S * sum(exchanged) * FLOAT  # send rows and returned gradients
+        # send rows and returned gradients, one buffer per distinct width (layers of one width share it)
+        persistent["exchange buffers"] = 2 * S * sum(set(exchanged)) * FLOAT
     if len(peers):
         # Rows the schedule keeps between epochs, per exchanged layer (gnn_dist.schedules).
         per_width = {"stale": h, "pipeline": 2 * h + 2 * S, "adaptive": 2 * (h + S)}.get(
             config.schedule.partition(":")[0], 0)
-        persistent["schedule caches"] = per_width * sum(min(i, o) for i, o in widths[1:]) * FLOAT
+        persistent["schedule caches"] = per_width * sum(exchanged) * FLOAT
 
     setup = _Liveness({"process": PROCESS_BYTES})
     setup.alloc("part file", n * (num_features * FLOAT + 4 * INDEX + 3) + h * (3 * INDEX + 4)

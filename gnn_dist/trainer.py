@@ -35,7 +35,7 @@ from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.memory import (PhasePeaks, current_rss_bytes, peak_rss_bytes, release_free_heap,
                              return_large_blocks_on_free)
 from gnn_dist.metrics import MetricsWriter, summarise
-from gnn_dist.model import DistGNN, LocalGraph, ModelConfig
+from gnn_dist.model import FEATURE_DTYPES, DistGNN, LocalGraph, ModelConfig
 from gnn_dist.plan import (RankMemory, available_memory_bytes, memory_refusal, part_shape, plan_config_of,
                            plan_part)
 from gnn_dist.sampled import SampledConfig, SampledRun
@@ -46,7 +46,6 @@ from kernels.native import native_module
 from partition.format import load_meta, load_part
 
 MODES = ("full", "sampled")
-FEATURE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEFAULT_EVAL_CHUNK_NODES = 16384  # rows per chunk: 16 MiB per temporary at width 256, a small share of a layer
 FAIL_AT_ENV = "GNN_DIST_FAIL_AT"  # "RANK:EPOCH[:hang]": raise (or hang) on that rank at that epoch (failure tests)
 
