@@ -65,6 +65,11 @@ class HaloPlan:
     def rows_sent(self) -> int:
         return int(self.send_counts.sum())
 
+    @property
+    def rows_sent_to_peers(self) -> int:
+        """Rows one exact exchange puts on the wire (a rank sends nothing to itself)."""
+        return self.rows_sent - int(self.send_counts[self.rank])
+
     def send_segments(self) -> list[slice]:
         """The slice of the send layout (rows of send_idx) going to each peer."""
         return _segments(self.send_counts)

@@ -90,7 +90,7 @@ class StaleSchedule(Schedule):
             return full, True
         full = ex.new_full(x_owned)
         full[plan.n_owned:] = self.cache[slot]
-        ex.counters.halo_rows_skipped += plan.rows_sent - int(plan.send_counts[plan.rank])
+        ex.counters.halo_rows_skipped += plan.rows_sent_to_peers
         return full, False
 
     def backward(self, ex, slot, grad_full, refreshed):
@@ -250,7 +250,7 @@ class BoundarySamplingSchedule(Schedule):
         full = ex.new_full(x_owned)
         full[plan.n_owned:] = 0
         full[plan.n_owned + halo_rows] = received
-        ex.counters.halo_rows_skipped += plan.rows_sent - int(plan.send_counts[plan.rank]) \
+        ex.counters.halo_rows_skipped += plan.rows_sent_to_peers \
             - (int(send_counts.sum()) - int(send_counts[plan.rank]))
         return full, (send_rows, send_counts, halo_rows, recv_counts)
 

@@ -151,7 +151,7 @@ def aggregate_exchanged(blocked: BlockedOperator, exchanger: HaloExchanger, x_ow
         cache = stale.cache.get(slot)
         if exchanger.epoch % stale.refresh_every != 0 and cache is not None:
             plan = exchanger.plan
-            exchanger.counters.halo_rows_skipped += plan.rows_sent - int(plan.send_counts[plan.rank]) + plan.n_halo
+            exchanger.counters.halo_rows_skipped += plan.rows_sent_to_peers + plan.n_halo
             return aggregate_local(blocked, x_owned, lambda start, stop: cache[start:stop], bias)
         cache = torch.empty(exchanger.plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype)
         stale.cache[slot] = cache
