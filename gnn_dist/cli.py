@@ -1,4 +1,4 @@
-"""`gnn-dist partition | train | inspect` (DESIGN.md's command-line contract).
+"""`gnn-dist partition | convert | train | inspect` (DESIGN.md's command-line contract).
 
 Errors: one line `gnn-dist CMD: error: ...` on stderr and a non-zero exit.
 Under mpiexec an argument error is printed by rank 0 only; a failure on one
@@ -67,11 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("partition", help="split a dataset into P parts on disk")
     p.add_argument("--dataset", required=True,
-                   help="synthetic:tiny|small|arxiv|medium|large|products, planetoid:NAME, ogbn-*, npz:PATH")
+                   help="synthetic:tiny|small|arxiv|medium|large|products, planetoid:NAME, ogbn-*, npz:PATH, "
+                        "chunked:DIR")
     p.add_argument("--root", default=None, help="folder holding the dataset's files (planetoid, ogbn)")
     p.add_argument("--num-parts", type=int, required=True)
     p.add_argument("--out", required=True, help="partition directory to create")
-    p.add_argument("--method", default="metis", choices=["metis", "random"])
+    p.add_argument("--method", default="metis", choices=["metis", "random", "ptscotch"],
+                   help="metis: pymetis in one process (the default, for graphs that fit); ptscotch: PT-Scotch, "
+                        "distributed over --ranks (or the ranks of mpirun -n R)")
+    p.add_argument("--ranks", type=_positive_int, default=None,
+                   help="with --method ptscotch: start R ranks on this host under the system's Open MPI "
+                        "(1: one process, sequential Scotch)")
+    p.add_argument("--memory-limit", type=_byte_size, default=None,
+                   help="bytes each partitioning rank may use (default: what the host has available, shared)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--balance-train", action="store_true", help="balance training nodes across parts too")
     p.add_argument("--locality-block", type=int, default=256,
@@ -79,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "close in memory and aggregation runs faster (0: dataset order)")
     p.add_argument("--download", action="store_true", help="let ogb download missing OGB files")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+
+    c = sub.add_parser("convert", help="write a dataset as a chunked directory, streaming where the source allows")
+    c.add_argument("--dataset", required=True, help="any --dataset of partition except chunked:DIR")
+    c.add_argument("--root", default=None, help="folder holding the dataset's files (planetoid, ogbn)")
+    c.add_argument("--out", required=True, help="chunked directory to create (pass it as --dataset chunked:DIR)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--edges-per-chunk", type=_positive_int, default=8_000_000)
+    c.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
 
     t = sub.add_parser("train", help="train under mpiexec -n P (one rank per part)")
     t.add_argument("--parts", required=True, help="partition directory from gnn-dist partition")
@@ -150,29 +166,6 @@ def build_parser() -> argparse.ArgumentParser:
 def _fail(command: str, message: str) -> int:
     print(f"gnn-dist {command}: error: {message}", file=sys.stderr)
     return EXIT_ERROR
-
-
-def cmd_partition(args) -> int:
-    from partition.datasets import load_dataset
-    from partition.format import PartitionFormatError
-    from partition.graph import DatasetError
-    from partition.metis import PartitionError, check_num_parts
-    from partition.pipeline import partition_graph
-
-    start = time.perf_counter()
-    try:
-        if args.num_parts < 1:
-            check_num_parts(args.num_parts, 1)
-        graph = load_dataset(args.dataset, args.root, seed=args.seed, download=args.download)
-        meta = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
-                               balance_train=args.balance_train, overwrite=args.overwrite,
-                               locality_block=args.locality_block)
-    except (DatasetError, PartitionError, PartitionFormatError, OSError) as err:
-        return _fail("partition", str(err))
-    print(f"partitioned {meta.dataset} ({meta.num_nodes:,} nodes, {meta.num_edges:,} directed edges) into "
-          f"{meta.num_parts} parts by {meta.method} in {time.perf_counter() - start:.1f}s: edge cut "
-          f"{meta.edge_cut:,}, wrote {args.out}")
-    return 0
 
 
 def cmd_inspect(args) -> int:
@@ -250,7 +243,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
-    handler = {"partition": cmd_partition, "train": cmd_train, "inspect": cmd_inspect}[args.command]
+    if args.command == "partition":
+        from partition.command import cmd_partition
+
+        return cmd_partition(args, argv)
+    if args.command == "convert":
+        from partition.command import cmd_convert
+
+        return cmd_convert(args)
+    handler = {"train": cmd_train, "inspect": cmd_inspect}[args.command]
     return handler(args)
 
 

@@ -36,6 +36,8 @@ def launcher_rank() -> int | None:
 def _as_bytes(tensor: torch.Tensor) -> np.ndarray:
     if not tensor.is_contiguous():
         raise ValueError("communication buffers must be contiguous")
+    if tensor.numel() == 0:  # an empty tensor may have stride 0, which no byte view accepts
+        return np.empty(0, dtype=np.uint8)
     return tensor.view(-1).view(torch.uint8).numpy()
 
 
@@ -141,6 +143,10 @@ class MPIComm(Comm):
 
     def barrier(self) -> None:
         self.comm.Barrier()
+
+    def native(self) -> Any:
+        """The mpi4py communicator, for a library that takes one (PT-Scotch's distributed graph)."""
+        return self.comm
 
     def abort(self, code=1) -> None:
         sys.stdout.flush()
@@ -251,9 +257,15 @@ def mpi_versions() -> dict:
     return {"mpi4py": mpi4py.__version__, "mpi_library": library}
 
 
+def solo_comm() -> Comm:
+    """A communicator of one rank that never initialises MPI (single-process runs of collective code)."""
+    return FakeComm(_FakeWorld(1, 60.0), 0)
+
+
 def make_world_comm() -> Comm:
     """The communicator of a process started by mpiexec (or a single process: size 1)."""
     return MPIComm()
 
 
-__all__: Sequence[str] = ["Comm", "Pending", "MPIComm", "FakeComm", "run_fake_ranks", "launcher_rank", "make_world_comm"]
+__all__: Sequence[str] = ["Comm", "Pending", "MPIComm", "FakeComm", "run_fake_ranks", "launcher_rank", "make_world_comm",
+                           "solo_comm"]

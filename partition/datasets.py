@@ -5,6 +5,7 @@
     ogbn-arxiv|ogbn-products|ogbn-papers100M
                                    OGB raw files under ROOT/<dir>/ (ogb's own raw readers)
     npz:PATH                       a user's graph in our .npz format
+    chunked:DIR                    a chunked directory (partition.chunked; written by gnn-dist convert)
 
 No loader unpickles anything and none touches the network unless asked
 (`download=True`, OGB only).
@@ -24,7 +25,7 @@ PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
 OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
 NPZ_SPLIT = (0.6, 0.2, 0.2)
 SPEC_FORMS = ("synthetic:tiny|small|arxiv|medium|large|products, planetoid:Cora|CiteSeer|PubMed, "
-              "ogbn-arxiv, ogbn-products, ogbn-papers100M, npz:PATH")
+              "ogbn-arxiv, ogbn-products, ogbn-papers100M, npz:PATH, chunked:DIR")
 
 
 def load_dataset(spec: str, root: str | os.PathLike | None = None, *, seed: int = 0,
@@ -39,6 +40,10 @@ def load_dataset(spec: str, root: str | os.PathLike | None = None, *, seed: int 
         return load_ogb(spec, _need_root(spec, root), download=download)
     if kind == "npz" and arg:
         return load_npz(arg, seed=seed)
+    if kind == "chunked" and arg:
+        from partition.chunked import load_chunked
+
+        return load_chunked(arg)
     raise DatasetError(f"unknown dataset {spec!r}: use one of {SPEC_FORMS}")
 
 

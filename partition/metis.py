@@ -80,8 +80,6 @@ def locality_blocks(graph: Graph, parts: np.ndarray, num_parts: int, block_nodes
     the aggregation; benchmarks/spmm_bench.py). block_nodes <= 0 gives block 0
     everywhere (dataset order inside each part).
     """
-    import pymetis
-
     blocks = np.zeros(graph.num_nodes, dtype=np.int64)
     if block_nodes <= 0:
         return blocks
@@ -98,21 +96,34 @@ def locality_blocks(graph: Graph, parts: np.ndarray, num_parts: int, block_nodes
     inside = inside[np.argsort(parts[dst[inside]], kind="stable")]
     edge_starts = np.concatenate([[0], np.cumsum(np.bincount(parts[dst[inside]], minlength=num_parts))])
     for k in range(num_parts):
-        n_blocks = -(-int(sizes[k]) // block_nodes)
-        if n_blocks < 2:
-            continue
         edges = inside[edge_starts[k]:edge_starts[k + 1]]
-        sub_src, sub_dst = local_of[src[edges]], local_of[dst[edges]]
-        xadj = np.zeros(sizes[k] + 1, dtype=np.int64)
-        np.cumsum(np.bincount(sub_dst, minlength=sizes[k]), out=xadj[1:])
-        options = pymetis.Options()
-        options.seed = int(seed)
-        try:
-            result = pymetis.part_graph(n_blocks, adjacency=pymetis.CSRAdjacency(xadj, sub_src), options=options)
-        except Exception:  # noqa: BLE001 - the order is an optimisation: keep dataset order for this part
-            continue
-        blocks[by_part[starts[k]:starts[k + 1]]] = np.asarray(result.vertex_part, dtype=np.int64)
+        blocks[by_part[starts[k]:starts[k + 1]]] = locality_blocks_of_part(
+            int(sizes[k]), local_of[dst[edges]], local_of[src[edges]], block_nodes, seed)
     return blocks
+
+
+def locality_blocks_of_part(size: int, targets: np.ndarray, sources: np.ndarray, block_nodes: int,
+                            seed: int = 0) -> np.ndarray:
+    """Block id of each of a part's `size` nodes: METIS on its induced subgraph.
+
+    targets, sources: the subgraph's directed edges by local index (nodes in
+    increasing original id), sorted by (target, source): METIS's CSR order, so
+    the single-process and the distributed partitioners get the same blocks.
+    """
+    import pymetis
+
+    n_blocks = -(-size // block_nodes) if block_nodes > 0 else 0
+    if n_blocks < 2:
+        return np.zeros(size, dtype=np.int64)
+    xadj = np.zeros(size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(targets, minlength=size), out=xadj[1:])
+    options = pymetis.Options()
+    options.seed = int(seed)
+    try:
+        result = pymetis.part_graph(n_blocks, adjacency=pymetis.CSRAdjacency(xadj, sources), options=options)
+    except Exception:  # noqa: BLE001 - the order is an optimisation: keep dataset order for this part
+        return np.zeros(size, dtype=np.int64)
+    return np.asarray(result.vertex_part, dtype=np.int64)
 
 
 def _fill_empty_parts(parts: np.ndarray, num_parts: int) -> np.ndarray:
@@ -132,4 +143,5 @@ def _fill_empty_parts(parts: np.ndarray, num_parts: int) -> np.ndarray:
     return parts
 
 
-__all__ = ["METHODS", "PartitionError", "DatasetError", "assign_parts", "check_num_parts", "locality_blocks"]
+__all__ = ["METHODS", "PartitionError", "DatasetError", "assign_parts", "check_num_parts", "locality_blocks",
+           "locality_blocks_of_part"]

@@ -61,56 +61,79 @@ def _weighted_pick(rng: np.random.Generator, cumulative: np.ndarray, low: np.nda
     return np.minimum(picked, high - 1)
 
 
+class SyntheticDraw:
+    """One seeded draw of a preset, produced in chunks: edge chunks first, then feature rows.
+
+    The chunks come in the order of one whole-graph draw (numpy's PCG64 in a fixed order), so
+    `make_synthetic` and `gnn-dist convert` (which writes chunks to disk as they come, in bounded
+    memory) give the same graph.
+    """
+
+    def __init__(self, name: str, seed: int = 0):
+        if name not in PRESETS:
+            raise DatasetError(f"unknown synthetic graph {name!r}: use one of "
+                               + ", ".join(f"synthetic:{k}" for k in PRESETS))
+        self.name, self.seed, self.spec = name, seed, PRESETS[name]
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
+        n, c = self.spec.num_nodes, self.spec.num_classes
+        # Unequal class sizes, as in real graphs.
+        class_share = self.rng.dirichlet(np.full(c, 4.0))
+        self.y = self.rng.choice(c, size=n, p=class_share).astype(np.int64)
+        # Pareto activity with exponent ~2.5 gives a power-law degree tail.
+        activity = self.rng.pareto(1.5, size=n) + 1.0
+        activity = np.minimum(activity, np.quantile(activity, 0.9995) * 4)
+        # Nodes sorted by community so each community is a contiguous range of
+        # the cumulative-weight array and an in-community pick is one searchsorted.
+        self.by_community = np.argsort(self.y, kind="stable")
+        self.cumulative = np.cumsum(activity[self.by_community])
+        self.community_end = np.cumsum(np.bincount(self.y, minlength=c))
+        self.community_start = self.community_end - np.bincount(self.y, minlength=c)
+
+    def edge_chunks(self):
+        """(source, target) arrays of at most _EDGE_CHUNK drawn edges (self loops and repeats included)."""
+        spec, n = self.spec, self.spec.num_nodes
+        for start in range(0, spec.num_directed_edges, _EDGE_CHUNK):
+            count = min(_EDGE_CHUNK, spec.num_directed_edges - start)
+            src = self.by_community[_weighted_pick(self.rng, self.cumulative, np.zeros(count, dtype=np.int64),
+                                                   np.full(count, n, dtype=np.int64))]
+            inside = self.rng.random(count) < spec.intra_fraction
+            low = np.where(inside, self.community_start[self.y[src]], 0)
+            high = np.where(inside, self.community_end[self.y[src]], n)
+            dst = self.by_community[_weighted_pick(self.rng, self.cumulative, low, high)]
+            yield src, dst
+
+    def feature_rows(self):
+        """(start, x rows) in node order; call after edge_chunks is exhausted."""
+        spec, n = self.spec, self.spec.num_nodes
+        centroids = self.rng.standard_normal((spec.num_classes, spec.num_features)) * spec.feature_signal
+        rows_per_chunk = max(1, _EDGE_CHUNK // spec.num_features)
+        for start in range(0, n, rows_per_chunk):
+            stop = min(n, start + rows_per_chunk)
+            rows = centroids[self.y[start:stop]] + self.rng.standard_normal((stop - start, spec.num_features))
+            yield start, rows.astype(np.float32)
+
+    def masks(self) -> tuple[np.ndarray, ...]:
+        return random_split(self.spec.num_nodes, self.seed + 1, self.spec.split)
+
+
 def make_synthetic(name: str, seed: int = 0) -> Graph:
-    if name not in PRESETS:
-        raise DatasetError(f"unknown synthetic graph {name!r}: use one of "
-                           + ", ".join(f"synthetic:{k}" for k in PRESETS))
-    spec = PRESETS[name]
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
-    n, c = spec.num_nodes, spec.num_classes
-
-    # Unequal class sizes, as in real graphs.
-    class_share = rng.dirichlet(np.full(c, 4.0))
-    y = rng.choice(c, size=n, p=class_share).astype(np.int64)
-    # Pareto activity with exponent ~2.5 gives a power-law degree tail.
-    activity = rng.pareto(1.5, size=n) + 1.0
-    activity = np.minimum(activity, np.quantile(activity, 0.9995) * 4)
-
-    # Nodes sorted by community so each community is a contiguous range of
-    # the cumulative-weight array and an in-community pick is one searchsorted.
-    by_community = np.argsort(y, kind="stable")
-    cumulative = np.cumsum(activity[by_community])
-    community_end = np.cumsum(np.bincount(y, minlength=c))
-    community_start = community_end - np.bincount(y, minlength=c)
-
+    draw = SyntheticDraw(name, seed)
+    spec, n = draw.spec, draw.spec.num_nodes
     # Edges and features are drawn in chunks, so the generator's peak is about the finished graph, not a
     # dozen edge-sized temporaries: at ogbn-products' size 3.26 GB for a 2.94 GB graph (measured with
-    # /usr/bin/time), where drawing everything at once and np.unique needed over 12 GB. The draws come in
-    # the same order as one whole-graph draw would make them, so a graph below one chunk is the same graph.
-    m = spec.num_directed_edges
-    keys = np.empty(2 * m, dtype=np.int64)
+    # /usr/bin/time), where drawing everything at once and np.unique needed over 12 GB.
+    keys = np.empty(2 * spec.num_directed_edges, dtype=np.int64)
     filled = 0
-    for start in range(0, m, _EDGE_CHUNK):
-        count = min(_EDGE_CHUNK, m - start)
-        src = by_community[_weighted_pick(rng, cumulative, np.zeros(count, dtype=np.int64),
-                                          np.full(count, n, dtype=np.int64))]
-        inside = rng.random(count) < spec.intra_fraction
-        low = np.where(inside, community_start[y[src]], 0)
-        high = np.where(inside, community_end[y[src]], n)
-        dst = by_community[_weighted_pick(rng, cumulative, low, high)]
+    for src, dst in draw.edge_chunks():
         filled = add_both_directions(keys, filled, src, dst, n)
-        del src, dst, inside, low, high
+        del src, dst
     holder = [keys[:filled]]
     del keys
     edge_index = edges_from_keys(holder, n)
-
-    centroids = rng.standard_normal((c, spec.num_features)) * spec.feature_signal
     x = np.empty((n, spec.num_features), dtype=np.float32)
-    rows_per_chunk = max(1, _EDGE_CHUNK // spec.num_features)
-    for start in range(0, n, rows_per_chunk):
-        stop = min(n, start + rows_per_chunk)
-        x[start:stop] = centroids[y[start:stop]] + rng.standard_normal((stop - start, spec.num_features))
-    train, val, test = random_split(n, seed + 1, spec.split)
-    graph = Graph(f"synthetic:{name}", edge_index, x, y, train, val, test, c)
+    for start, rows in draw.feature_rows():
+        x[start:start + rows.shape[0]] = rows
+    train, val, test = draw.masks()
+    graph = Graph(f"synthetic:{name}", edge_index, x, draw.y, train, val, test, spec.num_classes)
     graph.validate()
     return graph

@@ -1,0 +1,148 @@
+"""`gnn-dist partition` and `gnn-dist convert`: which partitioner runs where, and their one-line errors.
+
+- --method metis|random: one process loads the graph (pymetis), as before.
+- --method ptscotch: the distributed partitioner (partition.distributed).
+  Inside an MPI job (mpirun -n R gnn-dist partition ...) every rank takes
+  part. Outside one, --ranks R > 1 starts that job on this host with the
+  system's Open MPI (partition.scotch); --ranks 1 runs in this process with
+  sequential Scotch and needs no MPI.
+Every path first checks the memory guard (partition.memory_guard).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+from gnn_dist.memory import peak_rss_bytes
+
+
+def _fail(command: str, message: str, rank: int = 0) -> int:
+    if rank == 0:
+        print(f"gnn-dist {command}: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _ranks_on_host(default: int) -> int:
+    for name in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return default
+
+
+def _report(meta, out: str, seconds: float, peaks: list[int]) -> None:
+    where = f" on {len(peaks)} ranks" if len(peaks) > 1 else ""
+    per_rank = " / ".join(f"{peak / 2**30:.2f}" for peak in peaks)
+    print(f"partitioned {meta.dataset} ({meta.num_nodes:,} nodes, {meta.num_edges:,} directed edges) into "
+          f"{meta.num_parts} parts by {meta.method}{where} in {seconds:.1f}s: edge cut {meta.edge_cut:,}, "
+          f"peak RSS per rank {per_rank} GiB, wrote {out}")
+
+
+def cmd_partition(args, argv: list[str]) -> int:
+    from gnn_dist.comm import launcher_rank
+    from partition.datasets import load_dataset
+    from partition.format import PartitionFormatError
+    from partition.graph import DatasetError
+    from partition.memory_guard import input_shape, refusal
+    from partition.metis import PartitionError, check_num_parts
+    from partition.pipeline import partition_graph
+
+    start = time.perf_counter()
+    if args.num_parts < 1:
+        return _fail("partition", "--num-parts must be at least 1, got " + str(args.num_parts), launcher_rank() or 0)
+    if args.method != "ptscotch":
+        if args.ranks is not None and args.ranks != 1:
+            return _fail("partition", f"--ranks is for --method ptscotch ({args.method} runs in one process)")
+        reason = refusal(input_shape(args.dataset, args.root), args.method, 1, 1, args.memory_limit)
+        if reason:
+            return _fail("partition", reason)
+        try:
+            graph = load_dataset(args.dataset, args.root, seed=args.seed, download=args.download)
+            meta = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
+                                   balance_train=args.balance_train, overwrite=args.overwrite,
+                                   locality_block=args.locality_block)
+        except (DatasetError, PartitionError, PartitionFormatError, OSError) as err:
+            return _fail("partition", str(err))
+        _report(meta, args.out, time.perf_counter() - start, [peak_rss_bytes()])
+        return 0
+
+    if args.balance_train:
+        return _fail("partition", "--balance-train needs METIS's second vertex constraint, which Scotch lacks: "
+                                  "drop it or use --method metis", launcher_rank() or 0)
+    inside_job = launcher_rank() is not None
+    if not inside_job and (args.ranks or 1) > 1:
+        return _launch(args, argv)
+
+    from gnn_dist.comm import make_world_comm, solo_comm
+    from partition.distributed import ChunkedSource, GraphSource, partition_distributed
+    from partition.scotch import scotch_assign
+    from partition.shuffle import CollectiveError
+
+    comm = make_world_comm() if inside_job else solo_comm()
+    if args.ranks is not None and args.ranks != comm.size:
+        return _fail("partition", f"--ranks {args.ranks} but the job has {comm.size} ranks: pass --ranks "
+                                  f"{comm.size} or drop it under mpirun", comm.rank)
+    chunked = args.dataset.startswith("chunked:")
+    if comm.size > 1 and not chunked:
+        return _fail("partition", f"{args.dataset} would be loaded whole by every rank: write it chunked first "
+                                  f"(gnn-dist convert --dataset {args.dataset} --out DIR) and pass --dataset "
+                                  f"chunked:DIR", comm.rank)
+    reason = refusal(input_shape(args.dataset, args.root), "ptscotch", comm.size, _ranks_on_host(comm.size),
+                     args.memory_limit)
+    if reason:
+        return _fail("partition", reason, comm.rank)
+    try:
+        if chunked:
+            source = ChunkedSource(args.dataset.partition(":")[2])
+        else:
+            source = GraphSource(load_dataset(args.dataset, args.root, seed=args.seed, download=args.download))
+        check_num_parts(args.num_parts, source.num_nodes)
+        meta = partition_distributed(comm, source, args.num_parts, args.out, assigner=scotch_assign,
+                                     method="ptscotch", seed=args.seed, overwrite=args.overwrite,
+                                     locality_block=args.locality_block)
+    except (DatasetError, PartitionError, PartitionFormatError, CollectiveError, OSError) as err:
+        return _fail("partition", str(err), comm.rank)
+    except Exception:  # noqa: BLE001 - an unexpected failure on one rank must bring the whole job down
+        if comm.size == 1:
+            raise
+        print(f"gnn-dist partition: rank {comm.rank} failed:\n{traceback.format_exc()}", file=sys.stderr)
+        comm.abort(1)
+        raise
+    peaks = comm.allgather_object(peak_rss_bytes())
+    if comm.rank == 0:
+        _report(meta, args.out, time.perf_counter() - start, peaks)
+    return 0
+
+
+def _launch(args, argv: list[str]) -> int:
+    """Rerun this command on args.ranks ranks of this host under the system's Open MPI."""
+    from partition.memory_guard import input_shape, refusal
+    from partition.scotch import launch_command, missing_for_ranks, rank_environment
+
+    problem = missing_for_ranks()
+    if problem:
+        return _fail("partition", problem)
+    reason = refusal(input_shape(args.dataset, args.root), "ptscotch", args.ranks, args.ranks, args.memory_limit)
+    if reason:
+        return _fail("partition", reason)
+    env = {**os.environ, **rank_environment(), "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(launch_command(args.ranks, argv), env=env).returncode
+
+
+def cmd_convert(args) -> int:
+    from partition.convert import convert
+    from partition.graph import DatasetError
+
+    start = time.perf_counter()
+    try:
+        meta = convert(args.dataset, args.out, root=args.root, seed=args.seed, overwrite=args.overwrite,
+                       edges_per_chunk=args.edges_per_chunk)
+    except (DatasetError, OSError) as err:
+        return _fail("convert", str(err))
+    print(f"wrote {meta.name} ({meta.num_nodes:,} nodes, {meta.num_input_edges:,} input edges in "
+          f"{len(meta.edge_chunks)} edge chunk(s), {len(meta.node_chunks)} node chunk(s)) to {args.out} in "
+          f"{time.perf_counter() - start:.1f}s")
+    return 0
