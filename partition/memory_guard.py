@@ -1,9 +1,12 @@
 """The partitioner's own peak memory, predicted from the input's sizes before anything is loaded.
 
-Calibrated with /usr/bin/time peak RSS on the synthetic presets (see
-benchmarks/results/distributed-partition-synthetic-products.md). The model is
-linear: a fixed process (Python, numpy, torch, pymetis), bytes per stored
-input edge, bytes per feature byte; divided over R ranks for PT-Scotch.
+Calibrated on the peak RSS per rank that `gnn-dist partition` prints
+(benchmarks/results/distributed-partition-synthetic-large.md, and pymetis's
+17.8 GiB on synthetic:products). The model is linear: a fixed process
+(Python, numpy, torch, pymetis), bytes per stored input edge and per byte of
+node data. PT-Scotch's share does not all fall with R: on synthetic:large a
+rank peaked at 1.92 GiB at R=2 and 1.36 GiB at R=4, about 0.8 GiB + 2.2 GiB / R,
+so part of its bytes per edge are held on every rank whatever R is.
 """
 from __future__ import annotations
 
@@ -18,9 +21,11 @@ from gnn_dist.plan import available_memory_bytes, readable_bytes
 
 PROCESS_BYTES = 400 << 20
 # per input edge as stored (one direction; duplicates and loops included), and per byte of node data
-PYMETIS_BYTES_PER_EDGE = 150
-PTSCOTCH_BYTES_PER_EDGE = 110
-NODE_DATA_FACTOR = {"metis": 2.2, "random": 2.2, "ptscotch": 3.0}
+PYMETIS_BYTES_PER_EDGE = 270
+SCOTCH_SEQUENTIAL_BYTES_PER_EDGE = 190  # R=1: sequential Scotch in one process (2.19 GiB on synthetic:large)
+PTSCOTCH_BYTES_PER_EDGE_EVERY_RANK = 60
+PTSCOTCH_BYTES_PER_EDGE_SPREAD = 235
+NODE_DATA_FACTOR = {"metis": 2.2, "random": 2.2, "ptscotch": 2.0}
 
 
 @dataclass(frozen=True)
@@ -65,9 +70,13 @@ def _npz_shape(path: Path) -> InputShape | None:
 def predicted_peak(shape: InputShape, method: str, ranks: int = 1) -> int:
     """Peak bytes of one rank partitioning `shape` with `method` on `ranks` ranks."""
     node_bytes = shape.num_nodes * (shape.num_features * 4 + 40)
-    per_edge = PTSCOTCH_BYTES_PER_EDGE if method == "ptscotch" else PYMETIS_BYTES_PER_EDGE
-    spread = ranks if method == "ptscotch" else 1
-    return int(PROCESS_BYTES + (per_edge * shape.input_edges + NODE_DATA_FACTOR.get(method, 3.0) * node_bytes) / spread)
+    if method == "ptscotch" and ranks == 1:
+        return int(PROCESS_BYTES + SCOTCH_SEQUENTIAL_BYTES_PER_EDGE * shape.input_edges
+                   + NODE_DATA_FACTOR[method] * node_bytes)
+    if method != "ptscotch":
+        return int(PROCESS_BYTES + PYMETIS_BYTES_PER_EDGE * shape.input_edges + NODE_DATA_FACTOR[method] * node_bytes)
+    return int(PROCESS_BYTES + PTSCOTCH_BYTES_PER_EDGE_EVERY_RANK * shape.input_edges
+               + (PTSCOTCH_BYTES_PER_EDGE_SPREAD * shape.input_edges + NODE_DATA_FACTOR[method] * node_bytes) / ranks)
 
 
 def refusal(shape: InputShape | None, method: str, ranks: int, ranks_on_host: int, limit: int | None) -> str | None:
@@ -87,8 +96,8 @@ def refusal(shape: InputShape | None, method: str, ranks: int, ranks_on_host: in
     if need <= have:
         return None
     if method == "ptscotch":
-        more = max(ranks + 1, -(-int(shape.input_edges * PTSCOTCH_BYTES_PER_EDGE) // max(1, have - PROCESS_BYTES)))
-        fix = f"run more ranks (--ranks {more} across hosts with mpirun) or give each rank more memory"
+        fix = ("spread the ranks over more hosts (mpirun -n R with a hostfile; more ranks on one host need more "
+               "in total) or give each rank more memory")
     else:
         fix = ("convert it (gnn-dist convert --dataset SPEC --out DIR) and partition with --dataset chunked:DIR "
                "--method ptscotch --ranks R, so each rank holds 1/R of it")
