@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 from gnn_dist.comm import launcher_rank
 from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS

@@ -228,13 +228,9 @@ class ChunkedWriter:
                            self.node_chunks, self.edge_chunks)
         raw = {"format": CHUNKED_FORMAT, "version": CHUNKED_VERSION, **asdict(meta)}
         (self.tmp / META_FILE).write_text(json.dumps(raw, indent=1))
-        if self.out.exists():
-            old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(self.out, old)
-            os.rename(self.tmp, self.out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(self.tmp, self.out)
+        from partition.format import move_into_place
+
+        move_into_place(self.tmp, self.out)
         return meta
 
 

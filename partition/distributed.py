@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -27,7 +28,7 @@ import numpy as np
 from partition import chunked
 from partition.build import part_stats
 from partition.format import FORMAT_VERSION, META_FILE, NODE_MAP_FILE, PartInfo, PartitionMeta, PartitionFormatError
-from partition.format import part_file_name, sha256_of
+from partition.format import move_into_place, part_file_name, sha256_of
 from partition.graph import Graph
 from partition.metis import PartitionError, check_num_parts, locality_blocks_of_part
 from partition.shuffle import agree, allreduce_array, exchange, group_by
@@ -137,7 +138,7 @@ def partition_distributed(comm, source, num_parts: int, out: str | os.PathLike, 
     check_num_parts(num_parts, source.num_nodes)
     size, rank = comm.size, comm.rank
     vtxdist = id_ranges(source.num_nodes, size)
-    lo, hi = int(vtxdist[rank]), int(vtxdist[rank + 1])
+    lo = int(vtxdist[rank])
     out = Path(out)
     tmp = out.parent / f".{out.name}.tmp-{comm.allgather_object(uuid.uuid4().hex[:8])[0]}"
 
@@ -150,8 +151,8 @@ def partition_distributed(comm, source, num_parts: int, out: str | os.PathLike, 
     agree(comm, make_tmp)
     try:
         indptr, adjacency = symmetric_csr_slice(comm, source, vtxdist)
-        parts = agree(comm, lambda: np.asarray(assigner(comm, vtxdist, indptr, adjacency, num_parts, seed),
-                                                dtype=np.int64))
+        parts = np.asarray(agree(comm, partial(assigner, comm, vtxdist, indptr, adjacency, num_parts, seed)),
+                           dtype=np.int64)
         parts = fill_empty_parts(comm, parts, lo, num_parts)
         partptr = np.zeros(num_parts + 1, dtype=np.int64)
         np.cumsum(allreduce_array(comm, np.bincount(parts, minlength=num_parts)), out=partptr[1:])
@@ -349,15 +350,7 @@ def _write(comm, source, built: dict[int, dict], partptr, tmp: Path, out: Path, 
     def publish() -> None:
         if comm.rank == 0:
             (tmp / META_FILE).write_text(meta.to_json())
-            if out.exists():
-                import shutil
-
-                old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-                os.rename(out, old)
-                os.rename(tmp, out)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(tmp, out)
+            move_into_place(tmp, out)
 
     agree(comm, publish)
     return meta

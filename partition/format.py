@@ -167,17 +167,22 @@ def save(out: str | os.PathLike, meta_fields: dict, node_map: np.ndarray, part_a
         np.save(tmp / NODE_MAP_FILE, node_map.astype(np.int64))
         meta = PartitionMeta(format_version=FORMAT_VERSION, partition_id=partition_id, parts=infos, **meta_fields)
         (tmp / META_FILE).write_text(meta.to_json())
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
+        move_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return meta
+
+
+def move_into_place(tmp: Path, out: Path) -> None:
+    """Rename a finished temporary directory to `out`, replacing an older `out` only once the new one is whole."""
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+        os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)
 
 
 def load_meta(directory: str | os.PathLike) -> PartitionMeta:

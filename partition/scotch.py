@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib.util
 import io
 import os
 import shutil
@@ -58,8 +59,10 @@ def missing_for_ranks() -> str | None:
     if absent:
         return f"PT-Scotch with Open MPI is not installed here (no {', '.join(absent)}): {INSTALL_HINT}"
     try:
-        import pyscotch  # noqa: F401  (importing with the parallel variables unset loads the wheel's Scotch)
-    except ImportError:
+        found_pyscotch = importlib.util.find_spec("pyscotch") is not None
+    except (ImportError, ValueError):
+        found_pyscotch = False
+    if not found_pyscotch:
         return f"pyscotch is not installed: {INSTALL_HINT}"
     return None
 
