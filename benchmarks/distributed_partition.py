@@ -38,8 +38,14 @@ def gnn_dist(*args: str, timeout: float = 7200) -> tuple[str, float]:
 
 def run_partition(chunked: Path, parts: int, method: str, ranks: int, out: Path) -> dict:
     extra = ["--ranks", str(ranks)] if method == "ptscotch" else []
-    stdout, seconds = gnn_dist("partition", "--dataset", f"chunked:{chunked}", "--num-parts", str(parts),
-                               "--method", method, "--out", str(out), "--overwrite", *extra)
+    try:
+        stdout, seconds = gnn_dist("partition", "--dataset", f"chunked:{chunked}", "--num-parts", str(parts),
+                                   "--method", method, "--out", str(out), "--overwrite", *extra)
+    except RuntimeError as err:  # the memory guard's refusal is a result: this host cannot run it
+        refusal = next((line for line in str(err).splitlines() if "would need about" in line), None)
+        if refusal is None:
+            raise
+        return {"method": method, "ranks": ranks, "parts": parts, "refused": refusal}
     peaks = [float(v) * 2**30 for v in PEAKS.search(stdout).group(1).split("/")]
     report = json.loads(gnn_dist("inspect", str(out), "--json")[0])
     return {"method": method, "ranks": ranks, "parts": parts, "seconds": seconds, "peak_rss_bytes_per_rank": peaks,
@@ -64,7 +70,7 @@ def main() -> None:
     stdout, convert_seconds = gnn_dist("convert", "--dataset", args.dataset, "--out", str(chunked), "--overwrite")
     print(stdout.strip(), flush=True)
     results = []
-    for ranks in sorted((int(r) for r in args.ranks.split(",")), reverse=True):
+    for ranks in sorted((int(r) for r in args.ranks.split(",")), reverse=True):  # most ranks first
         results.append(run_partition(chunked, args.parts, "ptscotch", ranks, out / f"ptscotch-r{ranks}"))
         print(json.dumps(results[-1]), flush=True)
     if not args.skip_pymetis:
@@ -73,7 +79,7 @@ def main() -> None:
 
     losses = {}
     if args.train_epochs > 0:
-        most = max(r["ranks"] for r in results if r["method"] == "ptscotch")
+        most = max(r["ranks"] for r in results if r["method"] == "ptscotch" and "refused" not in r)
         for name in [f"ptscotch-r{most}"] + ([] if args.skip_pymetis else ["metis"]):
             final = run_train(args.parts, out / name, out / f"train-{name}.jsonl",
                               ["--epochs", str(args.train_epochs), "--model", "gcn", "--schedule", "exact",
@@ -84,6 +90,10 @@ def main() -> None:
     pymetis = next((r for r in results if r["method"] == "metis"), None)
     rows = []
     for r in results:
+        if "refused" in r:
+            rows.append([r["method"], r["ranks"], "refused before loading: " + r["refused"].split(": error: ")[-1]]
+                        + [""] * 6)
+            continue
         rows.append([r["method"], r["ranks"], f"{r['seconds']:.0f}", f"{r['peak_rss_bytes'] / 2**30:.2f}",
                      " / ".join(f"{v / 2**30:.2f}" for v in r["peak_rss_bytes_per_rank"]),
                      f"{r['peak_rss_bytes'] / pymetis['peak_rss_bytes']:.2f}" if pymetis else "",
