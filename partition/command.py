@@ -120,15 +120,18 @@ def cmd_partition(args, argv: list[str]) -> int:
 def _launch(args, argv: list[str]) -> int:
     """Rerun this command on args.ranks ranks of this host under the system's Open MPI."""
     from partition.memory_guard import input_shape, refusal
-    from partition.scotch import launch_command, missing_for_ranks, rank_environment
+    from partition.scotch import launch_command, missing_for_ranks, rank_environment, scotch_int_bits
 
     problem = missing_for_ranks()
     if problem:
         return _fail("partition", problem)
-    reason = refusal(input_shape(args.dataset, args.root), "ptscotch", args.ranks, args.ranks, args.memory_limit)
+    shape = input_shape(args.dataset, args.root)
+    reason = refusal(shape, "ptscotch", args.ranks, args.ranks, args.memory_limit)
     if reason:
         return _fail("partition", reason)
-    env = {**os.environ, **rank_environment(), "PYTHONUNBUFFERED": "1"}
+    # both directions of every stored edge bound the symmetric graph's directed edges
+    bits = scotch_int_bits(shape.num_nodes, 2 * shape.input_edges) if shape else 64
+    env = {**os.environ, **rank_environment(bits), "PYTHONUNBUFFERED": "1"}
     return subprocess.run(launch_command(args.ranks, argv), env=env).returncode
 
 

@@ -5,8 +5,10 @@ Calibrated on the peak RSS per rank that `gnn-dist partition` prints
 17.8 GiB on synthetic:products). The model is linear: a fixed process
 (Python, numpy, torch, pymetis), bytes per stored input edge and per byte of
 node data. PT-Scotch's share does not all fall with R: on synthetic:large a
-rank peaked at 1.92 GiB at R=2 and 1.36 GiB at R=4, about 0.8 GiB + 2.2 GiB / R,
-so part of its bytes per edge are held on every rank whatever R is.
+rank peaked (64-bit Scotch) at 1.92 GiB at R=2 and 1.36 GiB at R=4, about
+0.8 GiB + 2.2 GiB / R, so part of its bytes per edge are held on every rank
+whatever R is; 32-bit Scotch, used whenever the graph fits, about halves
+Scotch's share.
 """
 from __future__ import annotations
 
@@ -22,9 +24,12 @@ from gnn_dist.plan import available_memory_bytes, readable_bytes
 PROCESS_BYTES = 400 << 20
 # per input edge as stored (one direction; duplicates and loops included), and per byte of node data
 PYMETIS_BYTES_PER_EDGE = 270
-SCOTCH_SEQUENTIAL_BYTES_PER_EDGE = 190  # R=1: sequential Scotch in one process (2.19 GiB on synthetic:large)
-PTSCOTCH_BYTES_PER_EDGE_EVERY_RANK = 60
-PTSCOTCH_BYTES_PER_EDGE_SPREAD = 235
+# Scotch's bytes per input edge by the width of SCOTCH_Num (partition.scotch.scotch_int_bits): in one
+# process (R=1, sequential Scotch), and under PT-Scotch the share every rank holds and the share spread
+# over the R ranks.
+SCOTCH_SEQUENTIAL_BYTES_PER_EDGE = {32: 120, 64: 190}
+PTSCOTCH_BYTES_PER_EDGE_EVERY_RANK = {32: 30, 64: 60}
+PTSCOTCH_BYTES_PER_EDGE_SPREAD = {32: 110, 64: 235}
 NODE_DATA_FACTOR = {"metis": 2.2, "random": 2.2, "ptscotch": 2.0}
 
 
@@ -69,14 +74,18 @@ def _npz_shape(path: Path) -> InputShape | None:
 
 def predicted_peak(shape: InputShape, method: str, ranks: int = 1) -> int:
     """Peak bytes of one rank partitioning `shape` with `method` on `ranks` ranks."""
+    from partition.scotch import scotch_int_bits
+
     node_bytes = shape.num_nodes * (shape.num_features * 4 + 40)
-    if method == "ptscotch" and ranks == 1:
-        return int(PROCESS_BYTES + SCOTCH_SEQUENTIAL_BYTES_PER_EDGE * shape.input_edges
-                   + NODE_DATA_FACTOR[method] * node_bytes)
     if method != "ptscotch":
         return int(PROCESS_BYTES + PYMETIS_BYTES_PER_EDGE * shape.input_edges + NODE_DATA_FACTOR[method] * node_bytes)
-    return int(PROCESS_BYTES + PTSCOTCH_BYTES_PER_EDGE_EVERY_RANK * shape.input_edges
-               + (PTSCOTCH_BYTES_PER_EDGE_SPREAD * shape.input_edges + NODE_DATA_FACTOR[method] * node_bytes) / ranks)
+    bits = scotch_int_bits(shape.num_nodes, 2 * shape.input_edges)
+    if ranks == 1:
+        return int(PROCESS_BYTES + SCOTCH_SEQUENTIAL_BYTES_PER_EDGE[bits] * shape.input_edges
+                   + NODE_DATA_FACTOR[method] * node_bytes)
+    return int(PROCESS_BYTES + PTSCOTCH_BYTES_PER_EDGE_EVERY_RANK[bits] * shape.input_edges
+               + (PTSCOTCH_BYTES_PER_EDGE_SPREAD[bits] * shape.input_edges
+                  + NODE_DATA_FACTOR[method] * node_bytes) / ranks)
 
 
 def refusal(shape: InputShape | None, method: str, ranks: int, ranks_on_host: int, limit: int | None) -> str | None:
