@@ -142,19 +142,25 @@ def _read_node_chunk(path: Path, chunk: NodeChunk, meta: ChunkedMeta) -> dict[st
     return arrays
 
 
-def read_edges(directory: str | os.PathLike, meta: ChunkedMeta, index: int) -> np.ndarray:
-    """Edge chunk `index` as int64 [2, m], its ids checked against [0, num_nodes)."""
+def read_edges(directory: str | os.PathLike, meta: ChunkedMeta, index: int, start: int = 0,
+               stop: int | None = None) -> np.ndarray:
+    """Edges [start, stop) of chunk `index` as int64 [2, m], their ids checked against [0, num_nodes).
+
+    The file is memory-mapped, so reading a slice costs the slice, not the chunk.
+    """
     chunk = meta.edge_chunks[index]
     path = Path(directory) / chunk.file
     if not path.is_file():
         raise _fail(path, f"missing edge chunk ({chunk.count:,} edges)")
     try:
-        edges = np.load(path, allow_pickle=False)
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
     except Exception as err:  # noqa: BLE001
         raise _fail(path, f"unreadable edge chunk ({type(err).__name__}: {err})") from err
-    if edges.dtype != np.int64 or edges.shape != (2, chunk.count):
-        raise _fail(path, f"edges are {edges.dtype} {edges.shape}, expected int64 (2, {chunk.count})")
-    if chunk.count and (edges.min() < 0 or edges.max() >= meta.num_nodes):
+    if mapped.dtype != np.int64 or mapped.shape != (2, chunk.count):
+        raise _fail(path, f"edges are {mapped.dtype} {mapped.shape}, expected int64 (2, {chunk.count})")
+    edges = np.array(mapped[:, start:chunk.count if stop is None else stop])
+    del mapped
+    if edges.size and (edges.min() < 0 or edges.max() >= meta.num_nodes):
         raise _fail(path, f"edge ids outside [0, {meta.num_nodes})", "fix the edge list")
     return edges
 

@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from gnn_dist.memory import release_free_heap, return_large_blocks_on_free
 from partition import chunked
 from partition.build import part_stats
 from partition.format import FORMAT_VERSION, META_FILE, NODE_MAP_FILE, PartInfo, PartitionMeta, PartitionFormatError
@@ -33,6 +34,7 @@ from partition.graph import Graph
 from partition.metis import PartitionError, check_num_parts, locality_blocks_of_part
 from partition.shuffle import agree, allreduce_array, exchange, group_by
 
+EDGES_PER_ROUND = 2_000_000  # 16 MB of each edge-sized buffer per exchange round
 # assigner(comm, vtxdist, indptr, adjacency, num_parts, seed) -> part of each local node (int64)
 Assigner = Callable[[object, np.ndarray, np.ndarray, np.ndarray, int, int], np.ndarray]
 
@@ -47,8 +49,8 @@ class ChunkedSource:
         self.num_features, self.num_classes = self.meta.num_features, self.meta.num_classes
         self.edge_counts = [c.count for c in self.meta.edge_chunks]
 
-    def read_edges(self, index: int) -> np.ndarray:
-        return chunked.read_edges(self.directory, self.meta, index)
+    def read_edges(self, index: int, start: int, stop: int) -> np.ndarray:
+        return chunked.read_edges(self.directory, self.meta, index, start, stop)
 
     def read_nodes(self, start: int, stop: int) -> dict[str, np.ndarray]:
         return chunked.read_nodes(self.directory, self.meta, start, stop)
@@ -62,8 +64,8 @@ class GraphSource:
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
         self.edge_counts = [graph.num_edges]
 
-    def read_edges(self, index: int) -> np.ndarray:
-        return self.graph.edge_index
+    def read_edges(self, index: int, start: int, stop: int) -> np.ndarray:
+        return self.graph.edge_index[:, start:stop]
 
     def read_nodes(self, start: int, stop: int) -> dict[str, np.ndarray]:
         g = self.graph
@@ -89,11 +91,14 @@ def my_edge_chunks(counts: list[int], rank: int, size: int) -> list[int]:
 def symmetric_csr_slice(comm, source, vtxdist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, adjacency by original id) of this rank's id range in the symmetrised, de-duplicated graph."""
     n, lo, hi = source.num_nodes, int(vtxdist[comm.rank]), int(vtxdist[comm.rank + 1])
-    mine = my_edge_chunks(source.edge_counts, comm.rank, comm.size)
+    # slices of at most EDGES_PER_ROUND edges, so one round's buffers stay small whatever the chunk size
+    mine = [(i, begin, min(begin + EDGES_PER_ROUND, source.edge_counts[i]))
+            for i in my_edge_chunks(source.edge_counts, comm.rank, comm.size)
+            for begin in range(0, source.edge_counts[i], EDGES_PER_ROUND)]
     rounds = int(allreduce_array(comm, np.array([len(mine)]), "max")[0])
     received: list[np.ndarray] = []
     for t in range(rounds):
-        edges = agree(comm, lambda: source.read_edges(mine[t]) if t < len(mine) else np.zeros((2, 0), np.int64))
+        edges = agree(comm, lambda: source.read_edges(*mine[t]) if t < len(mine) else np.zeros((2, 0), np.int64))
         src, dst = edges[0], edges[1]
         keep = src != dst
         # key = target * N + source, for both directions; routed to the target's range owner
@@ -149,10 +154,13 @@ def partition_distributed(comm, source, num_parts: int, out: str | os.PathLike, 
             tmp.mkdir(parents=True)
 
     agree(comm, make_tmp)
+    # big arrays get their own mmap, so freeing one returns it at once (gnn_dist.memory)
+    return_large_blocks_on_free()
     try:
         indptr, adjacency = symmetric_csr_slice(comm, source, vtxdist)
         parts = np.asarray(agree(comm, partial(assigner, comm, vtxdist, indptr, adjacency, num_parts, seed)),
                            dtype=np.int64)
+        release_free_heap()  # what the partitioner freed stays resident otherwise, under the build's peak
         parts = fill_empty_parts(comm, parts, lo, num_parts)
         partptr = np.zeros(num_parts + 1, dtype=np.int64)
         np.cumsum(allreduce_array(comm, np.bincount(parts, minlength=num_parts)), out=partptr[1:])
@@ -198,6 +206,7 @@ def _build_my_parts(comm, source, vtxdist, indptr, adjacency, parts, partptr, se
         lens = header[rows, 4]
         gather = np.repeat(offsets[rows] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
         nb = neighbours[gather]
+        del gather
         row_of_entry = np.repeat(np.arange(orig.shape[0]), lens)
         pos = np.minimum(np.searchsorted(orig, nb), orig.shape[0] - 1)
         inside = orig[pos] == nb
