@@ -257,6 +257,17 @@ def mpi_versions() -> dict:
     return {"mpi4py": mpi4py.__version__, "mpi_library": library}
 
 
+def first_failure(comm: Comm, error: str | None) -> tuple[int, str, bool] | None:
+    """Collective: each rank's error line (None: it succeeded) -> None when no rank failed, else
+    (the first failing rank, its line, whether every rank failed with that same line)."""
+    errors = comm.allgather_object(error)
+    failed = [(rank, message) for rank, message in enumerate(errors) if message is not None]
+    if not failed:
+        return None
+    rank, message = failed[0]
+    return rank, message, len(failed) == comm.size and all(m == message for _, m in failed)
+
+
 def solo_comm() -> Comm:
     """A communicator of one rank that never initialises MPI (single-process runs of collective code)."""
     return FakeComm(_FakeWorld(1, 60.0), 0)
@@ -268,4 +279,4 @@ def make_world_comm() -> Comm:
 
 
 __all__: Sequence[str] = ["Comm", "Pending", "MPIComm", "FakeComm", "run_fake_ranks", "launcher_rank", "make_world_comm",
-                           "solo_comm"]
+                           "solo_comm", "first_failure"]

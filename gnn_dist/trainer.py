@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from gnn_dist.checkpoint import load_checkpoint, save_checkpoint
 from gnn_dist.codec import HALO_DTYPES, make_codec
+from gnn_dist.comm import first_failure
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
@@ -174,11 +175,9 @@ def _agree_on_setup(ctx: RankContext, build) -> object:
         result, error = build(), None
     except Exception as err:  # noqa: BLE001 - reported to all ranks below
         result, error = None, f"{err}" if isinstance(err, (ValueError, SetupError, OSError)) else f"{type(err).__name__}: {err}"
-    errors = ctx.comm.allgather_object(error)
-    failed = [(rank, msg) for rank, msg in enumerate(errors) if msg is not None]
-    if failed:
-        rank, msg = failed[0]
-        everyone_alike = len(failed) == ctx.size and all(m == msg for _, m in failed)
+    failure = first_failure(ctx.comm, error)
+    if failure:
+        rank, msg, everyone_alike = failure
         raise SetupError(msg if everyone_alike else f"rank {rank}: {msg}")
     return result
 

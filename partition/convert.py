@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from partition.chunked import DEFAULT_EDGES_PER_CHUNK, DEFAULT_NODES_PER_CHUNK, ChunkedMeta, ChunkedWriter, write_graph
-from partition.datasets import OGB_NAMES, _import_ogb_quietly, _need_root, load_dataset, ogb_expected_files, ogb_meta
+from partition.datasets import (OGB_NAMES, _import_ogb_quietly, _need_root, load_dataset, ogb_expected_files, ogb_meta,
+                                ogb_split_masks)
 from partition.graph import DatasetError
 from partition.synthetic import SyntheticDraw
 
@@ -62,12 +63,7 @@ def _convert_ogb_csv(name: str, root: Path, out, overwrite: bool, edges_per_chun
         raise DatasetError(f"{name}: missing {', '.join(str(p) for p in missing)}: place OGB's raw files under {base}")
     raw = base / "raw"
     num_nodes = int(pd.read_csv(raw / "num-node-list.csv.gz", header=None).values.sum())
-    masks = []
-    for part in ("train", "valid", "test"):
-        idx = pd.read_csv(base / "split" / meta["split"] / f"{part}.csv.gz", header=None).values[:, 0]
-        mask = np.zeros(num_nodes, dtype=bool)
-        mask[idx.astype(np.int64)] = True
-        masks.append(mask)
+    masks = ogb_split_masks(base, meta, num_nodes)
     num_features = len(pd.read_csv(raw / "node-feat.csv.gz", header=None, nrows=1).columns)
     with ChunkedWriter(out, name=name, num_nodes=num_nodes, num_features=num_features,
                        num_classes=int(meta["num classes"]), overwrite=overwrite,

@@ -131,6 +131,19 @@ def ogb_expected_files(name: str, root: Path) -> list[Path]:
     return raw + [split_dir / f"{part}.csv.gz" for part in ("train", "valid", "test")]
 
 
+def ogb_split_masks(base: Path, meta: dict, num_nodes: int) -> list[np.ndarray]:
+    """train, valid and test masks from OGB's split/<type>/*.csv.gz."""
+    import pandas as pd
+
+    masks = []
+    for part in ("train", "valid", "test"):
+        idx = pd.read_csv(base / "split" / meta["split"] / f"{part}.csv.gz", compression="gzip", header=None).values[:, 0]
+        mask = np.zeros(num_nodes, dtype=bool)
+        mask[idx.astype(np.int64)] = True
+        masks.append(mask)
+    return masks
+
+
 def load_ogb(name: str, root: Path, *, download: bool = False) -> Graph:
     """An OGB node-property dataset with its official split, from ogb's raw files.
 
@@ -169,12 +182,7 @@ def load_ogb(name: str, root: Path, *, download: bool = False) -> Graph:
     # papers100M labels only a small subset; unlabelled nodes carry NaN.
     y = np.where(np.isnan(labels.astype(np.float64)), -1, labels).astype(np.int64)
 
-    masks = []
-    for part in ("train", "valid", "test"):
-        idx = pd.read_csv(base / "split" / meta["split"] / f"{part}.csv.gz", compression="gzip", header=None).values[:, 0]
-        mask = np.zeros(num_nodes, dtype=bool)
-        mask[idx.astype(np.int64)] = True
-        masks.append(mask)
+    masks = ogb_split_masks(base, meta, num_nodes)
 
     graph = Graph(
         name=name,

@@ -30,7 +30,7 @@ from partition import chunked
 from partition.build import part_stats
 from partition.format import FORMAT_VERSION, META_FILE, NODE_MAP_FILE, PartInfo, PartitionMeta, PartitionFormatError
 from partition.format import move_into_place, part_file_name, sha256_of
-from partition.graph import Graph
+from partition.graph import Graph, sorted_distinct_keys
 from partition.metis import PartitionError, check_num_parts, locality_blocks_of_part
 from partition.shuffle import agree, allreduce_array, exchange, group_by
 
@@ -88,6 +88,11 @@ def my_edge_chunks(counts: list[int], rank: int, size: int) -> list[int]:
     return [i for i, b in enumerate(before) if (b * size) // total == rank]
 
 
+def _entries_of_rows(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Positions of the entries of rows that start at `starts` and hold `lens` entries, row after row."""
+    return np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
+
+
 def symmetric_csr_slice(comm, source, vtxdist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, adjacency by original id) of this rank's id range in the symmetrised, de-duplicated graph."""
     n, lo, hi = source.num_nodes, int(vtxdist[comm.rank]), int(vtxdist[comm.rank + 1])
@@ -110,13 +115,9 @@ def symmetric_csr_slice(comm, source, vtxdist: np.ndarray) -> tuple[np.ndarray, 
         got, _ = exchange(comm, keys[order], counts)
         del keys, order
         received.append(got)
-    keys = np.concatenate(received) if received else np.zeros(0, np.int64)
+    holder = [np.concatenate(received) if received else np.zeros(0, np.int64)]
     received.clear()
-    keys.sort()
-    distinct = np.ones(keys.shape[0], dtype=bool)
-    np.not_equal(keys[1:], keys[:-1], out=distinct[1:])
-    keys = keys[distinct]
-    del distinct
+    keys = sorted_distinct_keys(holder)
     indptr = np.zeros(hi - lo + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys // n - lo, minlength=hi - lo), out=indptr[1:])
     np.remainder(keys, n, out=keys)
@@ -191,7 +192,7 @@ def _build_my_parts(comm, source, vtxdist, indptr, adjacency, parts, partptr, se
     del nodes
     starts = indptr[:-1][order]
     lens = degree[order]
-    gather = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
+    gather = _entries_of_rows(starts, lens)
     edge_counts = np.bincount((parts % size)[order], weights=lens, minlength=size).astype(np.int64)
     neighbours, _ = exchange(comm, adjacency[gather], edge_counts)
     del gather, starts, lens
@@ -204,7 +205,7 @@ def _build_my_parts(comm, source, vtxdist, indptr, adjacency, parts, partptr, se
         rows = rows[np.argsort(header[rows, 0], kind="stable")]
         orig = header[rows, 0]
         lens = header[rows, 4]
-        gather = np.repeat(offsets[rows] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
+        gather = _entries_of_rows(offsets[rows], lens)
         nb = neighbours[gather]
         del gather
         row_of_entry = np.repeat(np.arange(orig.shape[0]), lens)

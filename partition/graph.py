@@ -123,18 +123,25 @@ def edges_from_keys(holder: list, num_nodes: int) -> np.ndarray:
     array): at ogbn-products' size the peak is the finished edge list plus
     its keys (about 3 GiB), where np.unique needed about 13.
     """
+    unique = sorted_distinct_keys(holder)
+    out = np.empty((2, unique.shape[0]), dtype=np.int64)
+    np.remainder(unique, num_nodes, out=out[0])
+    np.floor_divide(unique, num_nodes, out=out[1])
+    return out
+
+
+def sorted_distinct_keys(holder: list) -> np.ndarray:
+    """The distinct keys of holder's one array, sorted; the array is taken out and sorted in place.
+
+    A one-byte distinct mask, not np.unique (which copies the keys, sorts the copy and builds an index array).
+    """
     keys = holder.pop()
     keys.sort()
     distinct = np.empty(keys.shape[0], dtype=bool)
     if keys.shape[0]:
         distinct[0] = True
         np.not_equal(keys[1:], keys[:-1], out=distinct[1:])
-    unique = keys[distinct]
-    del keys, distinct
-    out = np.empty((2, unique.shape[0]), dtype=np.int64)
-    np.remainder(unique, num_nodes, out=out[0])
-    np.floor_divide(unique, num_nodes, out=out[1])
-    return out
+    return keys[distinct]
 
 
 def random_split(num_nodes: int, seed: int, fractions: tuple[float, float, float]) -> tuple[np.ndarray, ...]:

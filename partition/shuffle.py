@@ -12,6 +12,7 @@ from typing import Callable, TypeVar
 import numpy as np
 import torch
 
+from gnn_dist.comm import first_failure
 from partition.graph import DatasetError
 from partition.metis import PartitionError
 
@@ -31,10 +32,9 @@ def agree(comm, step: Callable[[], T]) -> T:
         result = step()
     except (DatasetError, PartitionError, OSError, ValueError) as err:
         message = str(err)
-    messages = comm.allgather_object(message)
-    failed = [(r, m) for r, m in enumerate(messages) if m is not None]
-    if failed:
-        rank, first = failed[0]
+    failure = first_failure(comm, message)
+    if failure:
+        rank, first, _ = failure
         raise DatasetError(first) if comm.size == 1 else CollectiveError(f"{first} (rank {rank})")
     return result  # type: ignore[return-value]
 
