@@ -1,6 +1,6 @@
 """Distributed partitioning (PT-Scotch at R ranks) against single-process pymetis, side by side.
 
-    python -m benchmarks.distributed_partition --dataset synthetic:products --parts 4 --ranks 1,2,4 \
+    python -m gnn_dist.benchmarks.distributed_partition --dataset synthetic:products --parts 4 --ranks 1,2,4 \
         --out runs/bench-distpart --train-epochs 2
 
 The dataset is written chunked once (`gnn-dist convert`); every run then reads
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import machine, markdown_table, run_train
+from gnn_dist.benchmarks.common import machine, markdown_table, run_train
 
 PEAKS = re.compile(r"peak RSS per rank ([0-9./ ]+) GiB")
 

@@ -1,6 +1,6 @@
 """Full-batch epoch time, memory and bytes: gnn-dist at P = 1, 2 against PyG in one process.
 
-    python -m benchmarks.fullbatch --dataset synthetic:arxiv --epochs 5 --out runs/bench-fullbatch
+    python -m gnn_dist.benchmarks.fullbatch --dataset synthetic:arxiv --epochs 5 --out runs/bench-fullbatch
 
 Every run is a separate process, one after another (never side by side on
 the cores), with one torch thread per process: PyG's GCNConv through
@@ -21,11 +21,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.common import machine, markdown_table, partition, run_train
+from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_train
 
 
 def pyg_run(dataset: str, root: str | None, path: str, args) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.pyg_fullbatch", "--dataset", dataset, "--path", path,
+    cmd = [sys.executable, "-m", "gnn_dist.benchmarks.pyg_fullbatch", "--dataset", dataset, "--path", path,
            "--epochs", str(args.pyg_epochs), "--hidden", str(args.hidden), "--num-layers", str(args.num_layers),
            "--model", args.model] + (["--root", root] if root else [])
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)

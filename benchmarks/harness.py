@@ -5,7 +5,7 @@ timeout; a run that fails or times out is recorded as failed with the tail of
 its stderr and the sweep goes on. Partitions are cached by (dataset, P,
 method, seed) under OUT/partitions and reused. A `pyg` baseline row per
 dataset, model and mode runs PyG's own layers in one process with the same
-hyperparameters and threads (benchmarks.pyg_fullbatch); sampled-mode
+hyperparameters and threads (gnn_dist.benchmarks.pyg_fullbatch); sampled-mode
 baselines need PyG's NeighborLoader backends and are recorded as skipped
 without them.
 
@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.common import machine, mpiexec
+from gnn_dist.benchmarks.common import machine, mpiexec
 from gnn_dist.comm import mpi_versions
 
 # Published OGB leaderboard test accuracies (mean over 10 runs) of the reference full-batch models.
@@ -140,7 +140,7 @@ def ogb_score(dataset: str, root: str | None, predictions_path: Path) -> float |
         return None
     import numpy as np
 
-    from partition.datasets import _import_ogb_quietly, load_dataset
+    from gnn_dist.partition.datasets import _import_ogb_quietly, load_dataset
 
     _import_ogb_quietly()
     from ogb.nodeproppred import Evaluator
@@ -198,7 +198,7 @@ def run_pyg(config: BenchConfig, dataset: str, model: str, mode: str, seed: int)
     if mode == "sampled":
         return {**row, "status": "skipped",
                 "error": "PyG's NeighborLoader baseline needs torch-sparse or pyg-lib (not installed by default)"}
-    cmd = [sys.executable, "-m", "benchmarks.pyg_fullbatch", "--dataset", dataset, "--model", model,
+    cmd = [sys.executable, "-m", "gnn_dist.benchmarks.pyg_fullbatch", "--dataset", dataset, "--model", model,
            "--epochs", str(config.epochs), "--hidden", str(config.hidden), "--num-layers", str(config.num_layers),
            "--dropout", str(config.dropout), "--threads", str(config.threads), "--path", "csr"]
     if config.root:

@@ -1,6 +1,6 @@
 """Peak memory per rank as ranks are added, resident against sequential halos, and the planner's error (issue 12).
 
-    python -m benchmarks.memory_scaling --dataset synthetic:large --parts 1,2,4 --out runs/bench-memory \
+    python -m gnn_dist.benchmarks.memory_scaling --dataset synthetic:large --parts 1,2,4 --out runs/bench-memory \
         [--modes resident,sequential] [--epochs 3] [--before ../gnn-dist-at-an-older-commit]
 
 GCN 3x256, exact schedule, dropout 0.5, one thread per rank, every run on the
@@ -23,10 +23,10 @@ import json
 from pathlib import Path
 from statistics import median
 
-from benchmarks.common import machine, markdown_table, partition, run_train
+from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_train
 from gnn_dist.model import ModelConfig
 from gnn_dist.plan import PlanConfig, part_shapes, plan_part
-from partition.format import load_meta
+from gnn_dist.partition.format import load_meta
 
 GIB = 2**30
 

@@ -1,6 +1,6 @@
 """Partition time, peak memory, edge cut and replication: METIS against random.
 
-    python -m benchmarks.partition_bench --dataset synthetic:arxiv --parts 2,4,8,16 --out runs/bench-partition
+    python -m gnn_dist.benchmarks.partition_bench --dataset synthetic:arxiv --parts 2,4,8,16 --out runs/bench-partition
 
 Each (P, method) runs as its own `gnn-dist partition` process, so peak RSS is
 that run's alone (measured by the parent with wait4's rusage).
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import machine, markdown_table
+from gnn_dist.benchmarks.common import machine, markdown_table
 
 
 def measure(dataset: str, root: str | None, num_parts: int, method: str, out: Path) -> dict:

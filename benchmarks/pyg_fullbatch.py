@@ -1,6 +1,6 @@
 """PyG's own full-batch GCN on the whole graph, one process: the baseline we are measured against.
 
-    python -m benchmarks.pyg_fullbatch --dataset synthetic:arxiv --path edge_index|csr --epochs 5
+    python -m gnn_dist.benchmarks.pyg_fullbatch --dataset synthetic:arxiv --path edge_index|csr --epochs 5
 
 Prints one JSON line: median epoch time, peak RSS, test accuracy. Paths:
 `edge_index` is GCNConv's default message passing (gcn_norm cached);
@@ -35,7 +35,7 @@ def main() -> None:
     from torch_geometric.nn import GCNConv, SAGEConv
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-    from partition.datasets import load_dataset
+    from gnn_dist.partition.datasets import load_dataset
 
     g = load_dataset(args.dataset, args.root)
     x, y = torch.from_numpy(g.x), torch.from_numpy(g.y)

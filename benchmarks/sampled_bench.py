@@ -1,6 +1,6 @@
 """Sampled GraphSAGE throughput and traffic: gnn-dist at P = 1, 2, with and without the feature cache.
 
-    python -m benchmarks.sampled_bench --dataset synthetic:arxiv --epochs 1 --out runs/bench-sampled
+    python -m gnn_dist.benchmarks.sampled_bench --dataset synthetic:arxiv --epochs 1 --out runs/bench-sampled
 
 GraphSAGE, fanouts 15,10,5, batch 1024 per rank, one thread per process.
 Two cache sizes at P=2, both --cache-fraction (default 10%) of a count of
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import machine, markdown_table, partition, run_train
+from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_train
 
 
 def pyg_neighbor_loader(dataset: str, root: str | None, args) -> dict:
@@ -42,7 +42,7 @@ def pyg_neighbor_loader(dataset: str, root: str | None, args) -> dict:
     from torch_geometric.loader import NeighborLoader
     from torch_geometric.nn import SAGEConv
 
-    from partition.datasets import load_dataset
+    from gnn_dist.partition.datasets import load_dataset
 
     torch.set_num_threads(1)
     g = load_dataset(dataset, root)
@@ -91,7 +91,7 @@ def main() -> None:
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "benchmarks.sampled_bench", "--pyg-worker", "--dataset", args.dataset,
+    cmd = [sys.executable, "-m", "gnn_dist.benchmarks.sampled_bench", "--pyg-worker", "--dataset", args.dataset,
            "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
            "--pyg-steps", str(args.pyg_steps)]
     if args.root:

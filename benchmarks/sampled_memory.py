@@ -1,6 +1,6 @@
 """Sampled training's memory against full-batch training's, per rank and per phase (issue 19).
 
-    python -m benchmarks.sampled_memory --dataset synthetic:medium --parts 1,2 --out runs/bench-sampled-memory \
+    python -m gnn_dist.benchmarks.sampled_memory --dataset synthetic:medium --parts 1,2 --out runs/bench-sampled-memory \
         [--before ../gnn-dist-at-an-older-commit]
 
 GraphSAGE 3x256, fanouts 15,10,5, batch 1024 per rank, one epoch (training,
@@ -20,7 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.common import machine, markdown_table, partition, run_train
+from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_train
 
 GIB = 2**30
 

@@ -1,6 +1,6 @@
 """Every schedule and halo dtype against exact: halo bytes per epoch, epoch time, test accuracy.
 
-    python -m benchmarks.schedules_bench --datasets synthetic:arxiv,npz:../shared/data/npz/facebook.npz \\
+    python -m gnn_dist.benchmarks.schedules_bench --datasets synthetic:arxiv,npz:../shared/data/npz/facebook.npz \\
         --parts 2,4 --seeds 0,1,2 --epochs 100 --out runs/bench-schedules
 
 Runs are real `mpiexec -n P gnn-dist train` processes, one after another.
@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.common import machine, markdown_table, partition, run_train
+from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_train
 
 CONFIGS = [("exact", "fp32"), ("stale:4", "fp32"), ("pipeline", "fp32"), ("bns:0.1", "fp32"),
            ("adaptive:0.05", "fp32"), ("exact", "fp16"), ("exact", "int8")]

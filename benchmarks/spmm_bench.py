@@ -1,6 +1,6 @@
 """SpMM effective bandwidth against this machine's copy bandwidth, native kernel and torch's, in one run.
 
-    python -m benchmarks.spmm_bench --dataset synthetic:arxiv --widths 40,128,256
+    python -m gnn_dist.benchmarks.spmm_bench --dataset synthetic:arxiv --widths 40,128,256
 
 Two node orders: the dataset's, and the locality order `gnn-dist partition`
 writes (METIS blocks of --locality-block nodes, default 256).
@@ -49,11 +49,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.environ.setdefault("GNN_DIST_KERNEL", "auto")
-    from kernels.native import native_module
-    from kernels.spmm import SparseOperator
-    from partition.datasets import load_dataset
+    from gnn_dist.kernels.native import native_module
+    from gnn_dist.kernels.spmm import SparseOperator
+    from gnn_dist.partition.datasets import load_dataset
 
-    from partition.metis import locality_blocks
+    from gnn_dist.partition.metis import locality_blocks
 
     graph = load_dataset(args.dataset)
     n = graph.num_nodes

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from gnn_dist.context import SetupError
-from partition.format import sha256_of
+from gnn_dist.partition.format import sha256_of
 
 MANIFEST = "MANIFEST.json"
 CHECKPOINT_FORMAT = 1

@@ -171,7 +171,7 @@ def cmd_inspect(args) -> int:
     from gnn_dist.inspect import format_report, inspect_partition
     from gnn_dist.model import ModelConfig
     from gnn_dist.plan import PlanConfig
-    from partition.format import PartitionFormatError
+    from gnn_dist.partition.format import PartitionFormatError
 
     try:
         model = ModelConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers, dropout=args.dropout,
@@ -238,16 +238,16 @@ def cmd_train(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:
-        from benchmarks.harness import main as bench_main
+        from gnn_dist.benchmarks.harness import main as bench_main
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "partition":
-        from partition.command import cmd_partition
+        from gnn_dist.partition.command import cmd_partition
 
         return cmd_partition(args, argv)
     if args.command == "convert":
-        from partition.command import cmd_convert
+        from gnn_dist.partition.command import cmd_convert
 
         return cmd_convert(args)
     handler = {"train": cmd_train, "inspect": cmd_inspect}[args.command]

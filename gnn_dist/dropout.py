@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.native import native_module
+from gnn_dist.kernels.native import native_module
 
 _CHUNK_ELEMENTS = 1 << 20
 _GOLDEN = 0x9E3779B9

@@ -26,7 +26,7 @@ import torch
 
 from gnn_dist.codec import Codec
 from gnn_dist.comm import Comm, Pending
-from partition.format import PartData
+from gnn_dist.partition.format import PartData
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import os
 
 from gnn_dist.model import ModelConfig, exchanged_widths, predicted_halo_bytes_per_epoch
 from gnn_dist.plan import PlanConfig, part_shapes, plan_part, readable_bytes
-from partition.format import load_meta, verify_part_file
+from gnn_dist.partition.format import load_meta, verify_part_file
 
 FP32_BYTES = 4
 

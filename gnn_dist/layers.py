@@ -21,7 +21,7 @@ from torch import nn
 
 from gnn_dist.halo import HaloExchanger
 from gnn_dist.sequential import BlockedOperator, aggregate_exchanged, aggregate_local
-from kernels.spmm import SparseOperator, spmm
+from gnn_dist.kernels.spmm import SparseOperator, spmm
 
 
 def glorot_(weight: torch.Tensor, generator: torch.Generator | None = None) -> None:

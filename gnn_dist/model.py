@@ -11,8 +11,8 @@ from gnn_dist.dropout import keyed_dropout, stream_key
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.layers import DistBatchNorm, DistGCNConv, DistSAGEConv
 from gnn_dist.sequential import BlockedOperator, build_blocked_operator
-from kernels.spmm import SparseOperator, spmm
-from partition.format import PartData
+from gnn_dist.kernels.spmm import SparseOperator, spmm
+from gnn_dist.partition.format import PartData
 
 MODELS = ("gcn", "sage")
 # Storage of the input features (--feature-dtype); the model upcasts them to fp32 where it uses them.

@@ -32,7 +32,7 @@ INDEX = 8
 PROCESS_BYTES = 325 << 20
 # Set-up builds the operator from COO entries: int64 rows and columns, float64 normalisation terms, the
 # sort key and order of the CSR build, and their gathered copies (bytes per operator entry, counted from
-# gnn_dist.model.normalised_rows and kernels.spmm._csr).
+# gnn_dist.model.normalised_rows and gnn_dist.kernels.spmm._csr).
 SETUP_BYTES_PER_ENTRY = 64
 
 
@@ -258,7 +258,7 @@ def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
 
 
 def part_shape(part) -> PartShape:
-    """The statistics of a loaded part (partition.format.PartData)."""
+    """The statistics of a loaded part (gnn_dist.partition.format.PartData)."""
     num_parts = part.meta.num_parts
     return PartShape(owned=part.n_owned, halo=part.n_halo, entries=int(part.indptr[-1]),
                      cut_entries=int(np.count_nonzero(part.indices >= part.n_owned)),
@@ -270,7 +270,7 @@ def part_shapes(directory) -> list[PartShape]:
     """Statistics of every part of a partition directory, reading only the small arrays of each file."""
     from pathlib import Path
 
-    from partition.format import load_meta, part_file_name
+    from gnn_dist.partition.format import load_meta, part_file_name
 
     directory = Path(directory)
     meta = load_meta(directory)

@@ -23,7 +23,7 @@ from gnn_dist.dropout import sampled_stream_key
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.model import forward_blocks
 from gnn_dist.sampling import Block, DistributedSampler, FeatureStore
-from kernels.spmm import SparseOperator
+from gnn_dist.kernels.spmm import SparseOperator
 
 
 @dataclass(frozen=True)

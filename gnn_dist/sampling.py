@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from gnn_dist.comm import Comm
-from kernels.native import native_module
-from partition.format import PartData
+from gnn_dist.kernels.native import native_module
+from gnn_dist.partition.format import PartData
 
 _COMPACT_REQUESTS = 1 << 22  # raw request ids kept before folding them into counts
 

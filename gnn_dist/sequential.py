@@ -37,7 +37,7 @@ import torch
 
 from gnn_dist.halo import HaloExchanger
 from gnn_dist.schedules import StaleSchedule
-from kernels.spmm import SparseOperator, _matmul, spmm
+from gnn_dist.kernels.spmm import SparseOperator, _matmul, spmm
 
 HALO_MEMORY_MODES = ("resident", "sequential")
 # Rows per block by default: 16 MiB per block at width 256, where one peer's whole block can be most of the

@@ -43,8 +43,8 @@ from gnn_dist.sampled import SampledConfig, SampledRun
 from gnn_dist.schedules import ExactSchedule, StaleSchedule, parse_schedule
 from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS, HALO_MEMORY_MODES
 from gnn_dist.watchdog import NoWatchdog, Watchdog
-from kernels.native import native_module
-from partition.format import load_meta, load_part
+from gnn_dist.kernels.native import native_module
+from gnn_dist.partition.format import load_meta, load_part
 
 MODES = ("full", "sampled")
 DEFAULT_EVAL_CHUNK_NODES = 16384  # rows per chunk: 16 MiB per temporary at width 256, a small share of a layer

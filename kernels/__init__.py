@@ -1,1 +1,1 @@
-"""Sparse aggregation kernels behind one dispatcher (kernels.spmm)."""
+"""Sparse aggregation kernels behind one dispatcher (gnn_dist.kernels.spmm)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kernels.native import native_module
+from gnn_dist.kernels.native import native_module
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partition.graph import Graph
+from gnn_dist.partition.graph import Graph
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int,
     """Returns (partptr int64 [P+1], node_map int64 [N] new->original id, per-part array dicts).
 
     blocks: optional int64 [N] locality block of each node inside its part
-    (partition.metis.locality_blocks). Each dict holds exactly the arrays of
+    (gnn_dist.partition.metis.locality_blocks). Each dict holds exactly the arrays of
     the public part-file format (docs/partition-format.md).
     """
     n = graph.num_nodes

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from partition.graph import DatasetError, Graph, symmetrize
+from gnn_dist.partition.graph import DatasetError, Graph, symmetrize
 
 CHUNKED_FORMAT = "gnn-dist-chunked"
 CHUNKED_VERSION = 1
@@ -234,7 +234,7 @@ class ChunkedWriter:
                            self.node_chunks, self.edge_chunks)
         raw = {"format": CHUNKED_FORMAT, "version": CHUNKED_VERSION, **asdict(meta)}
         (self.tmp / META_FILE).write_text(json.dumps(raw, indent=1))
-        from partition.format import move_into_place
+        from gnn_dist.partition.format import move_into_place
 
         move_into_place(self.tmp, self.out)
         return meta

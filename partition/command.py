@@ -1,12 +1,12 @@
 """`gnn-dist partition` and `gnn-dist convert`: which partitioner runs where, and their one-line errors.
 
 - --method metis|random: one process loads the graph (pymetis), as before.
-- --method ptscotch: the distributed partitioner (partition.distributed).
+- --method ptscotch: the distributed partitioner (gnn_dist.partition.distributed).
   Inside an MPI job (mpirun -n R gnn-dist partition ...) every rank takes
   part. Outside one, --ranks R > 1 starts that job on this host with the
-  system's Open MPI (partition.scotch); --ranks 1 runs in this process with
+  system's Open MPI (gnn_dist.partition.scotch); --ranks 1 runs in this process with
   sequential Scotch and needs no MPI.
-Every path first checks the memory guard (partition.memory_guard).
+Every path first checks the memory guard (gnn_dist.partition.memory_guard).
 """
 from __future__ import annotations
 
@@ -43,12 +43,12 @@ def _report(meta, out: str, seconds: float, peaks: list[int]) -> None:
 
 def cmd_partition(args, argv: list[str]) -> int:
     from gnn_dist.comm import launcher_rank
-    from partition.datasets import load_dataset
-    from partition.format import PartitionFormatError
-    from partition.graph import DatasetError
-    from partition.memory_guard import input_shape, refusal
-    from partition.metis import PartitionError, check_num_parts
-    from partition.pipeline import partition_graph
+    from gnn_dist.partition.datasets import load_dataset
+    from gnn_dist.partition.format import PartitionFormatError
+    from gnn_dist.partition.graph import DatasetError
+    from gnn_dist.partition.memory_guard import input_shape, refusal
+    from gnn_dist.partition.metis import PartitionError, check_num_parts
+    from gnn_dist.partition.pipeline import partition_graph
 
     start = time.perf_counter()
     if args.num_parts < 1:
@@ -77,9 +77,9 @@ def cmd_partition(args, argv: list[str]) -> int:
         return _launch(args, argv)
 
     from gnn_dist.comm import make_world_comm, solo_comm
-    from partition.distributed import ChunkedSource, GraphSource, partition_distributed
-    from partition.scotch import scotch_assign
-    from partition.shuffle import CollectiveError
+    from gnn_dist.partition.distributed import ChunkedSource, GraphSource, partition_distributed
+    from gnn_dist.partition.scotch import scotch_assign
+    from gnn_dist.partition.shuffle import CollectiveError
 
     comm = make_world_comm() if inside_job else solo_comm()
     if args.ranks is not None and args.ranks != comm.size:
@@ -119,8 +119,8 @@ def cmd_partition(args, argv: list[str]) -> int:
 
 def _launch(args, argv: list[str]) -> int:
     """Rerun this command on args.ranks ranks of this host under the system's Open MPI."""
-    from partition.memory_guard import input_shape, refusal
-    from partition.scotch import launch_command, missing_for_ranks, rank_environment, scotch_int_bits
+    from gnn_dist.partition.memory_guard import input_shape, refusal
+    from gnn_dist.partition.scotch import launch_command, missing_for_ranks, rank_environment, scotch_int_bits
 
     problem = missing_for_ranks()
     if problem:
@@ -136,8 +136,8 @@ def _launch(args, argv: list[str]) -> int:
 
 
 def cmd_convert(args) -> int:
-    from partition.convert import convert
-    from partition.graph import DatasetError
+    from gnn_dist.partition.convert import convert
+    from gnn_dist.partition.graph import DatasetError
 
     start = time.perf_counter()
     try:

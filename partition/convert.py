@@ -1,4 +1,4 @@
-"""`gnn-dist convert`: any dataset SPEC as a chunked directory (partition.chunked), streaming where it can.
+"""`gnn-dist convert`: any dataset SPEC as a chunked directory (gnn_dist.partition.chunked), streaming where it can.
 
 - synthetic presets are drawn and written chunk by chunk (SyntheticDraw), so the
   peak is a few node-sized arrays and one edge chunk, not the graph;
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from partition.chunked import DEFAULT_EDGES_PER_CHUNK, DEFAULT_NODES_PER_CHUNK, ChunkedMeta, ChunkedWriter, write_graph
-from partition.datasets import (OGB_NAMES, _import_ogb_quietly, _need_root, load_dataset, ogb_expected_files, ogb_meta,
+from gnn_dist.partition.chunked import DEFAULT_EDGES_PER_CHUNK, DEFAULT_NODES_PER_CHUNK, ChunkedMeta, ChunkedWriter, write_graph
+from gnn_dist.partition.datasets import (OGB_NAMES, _import_ogb_quietly, _need_root, load_dataset, ogb_expected_files, ogb_meta,
                                 ogb_split_masks)
-from partition.graph import DatasetError
-from partition.synthetic import SyntheticDraw
+from gnn_dist.partition.graph import DatasetError
+from gnn_dist.partition.synthetic import SyntheticDraw
 
 CSV_ROWS = 4_000_000  # rows of a csv.gz read at a time
 

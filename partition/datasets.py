@@ -1,11 +1,11 @@
 """Dataset loaders behind one SPEC string (see docs/datasets.md).
 
-    synthetic:tiny|small|arxiv|medium|large|products   seeded generators (partition.synthetic)
+    synthetic:tiny|small|arxiv|medium|large|products   seeded generators (gnn_dist.partition.synthetic)
     planetoid:Cora|CiteSeer|PubMed PyG's Planetoid raw files under ROOT/<name>/raw
     ogbn-arxiv|ogbn-products|ogbn-papers100M
                                    OGB raw files under ROOT/<dir>/ (ogb's own raw readers)
     npz:PATH                       a user's graph in our .npz format
-    chunked:DIR                    a chunked directory (partition.chunked; written by gnn-dist convert)
+    chunked:DIR                    a chunked directory (gnn_dist.partition.chunked; written by gnn-dist convert)
 
 No loader unpickles anything and none touches the network unless asked
 (`download=True`, OGB only).
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from partition.graph import DatasetError, Graph, random_split, symmetrize
-from partition.synthetic import make_synthetic
+from gnn_dist.partition.graph import DatasetError, Graph, random_split, symmetrize
+from gnn_dist.partition.synthetic import make_synthetic
 
 PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
 OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
@@ -41,7 +41,7 @@ def load_dataset(spec: str, root: str | os.PathLike | None = None, *, seed: int 
     if kind == "npz" and arg:
         return load_npz(arg, seed=seed)
     if kind == "chunked" and arg:
-        from partition.chunked import load_chunked
+        from gnn_dist.partition.chunked import load_chunked
 
         return load_chunked(arg)
     raise DatasetError(f"unknown dataset {spec!r}: use one of {SPEC_FORMS}")

@@ -26,13 +26,13 @@ from typing import Callable
 import numpy as np
 
 from gnn_dist.memory import release_free_heap, return_large_blocks_on_free
-from partition import chunked
-from partition.build import part_stats
-from partition.format import FORMAT_VERSION, META_FILE, NODE_MAP_FILE, PartInfo, PartitionMeta, PartitionFormatError
-from partition.format import move_into_place, part_file_name, sha256_of
-from partition.graph import Graph, sorted_distinct_keys
-from partition.metis import PartitionError, check_num_parts, locality_blocks_of_part
-from partition.shuffle import agree, allreduce_array, exchange, group_by
+from gnn_dist.partition import chunked
+from gnn_dist.partition.build import part_stats
+from gnn_dist.partition.format import FORMAT_VERSION, META_FILE, NODE_MAP_FILE, PartInfo, PartitionMeta, PartitionFormatError
+from gnn_dist.partition.format import move_into_place, part_file_name, sha256_of
+from gnn_dist.partition.graph import Graph, sorted_distinct_keys
+from gnn_dist.partition.metis import PartitionError, check_num_parts, locality_blocks_of_part
+from gnn_dist.partition.shuffle import agree, allreduce_array, exchange, group_by
 
 EDGES_PER_ROUND = 2_000_000  # 16 MB of each edge-sized buffer per exchange round
 # assigner(comm, vtxdist, indptr, adjacency, num_parts, seed) -> part of each local node (int64)
@@ -125,7 +125,7 @@ def symmetric_csr_slice(comm, source, vtxdist: np.ndarray) -> tuple[np.ndarray, 
 
 
 def fill_empty_parts(comm, parts: np.ndarray, lo: int, num_parts: int) -> np.ndarray:
-    """partition.metis._fill_empty_parts across ranks: each empty part takes the highest id of the largest part."""
+    """gnn_dist.partition.metis._fill_empty_parts across ranks: each empty part takes the highest id of the largest part."""
     counts = allreduce_array(comm, np.bincount(parts, minlength=num_parts))
     for empty in np.flatnonzero(counts == 0):
         donor = int(np.argmax(counts))

@@ -24,7 +24,7 @@ from gnn_dist.plan import available_memory_bytes, readable_bytes
 PROCESS_BYTES = 400 << 20
 # per input edge as stored (one direction; duplicates and loops included), and per byte of node data
 PYMETIS_BYTES_PER_EDGE = 270
-# Scotch's bytes per input edge by the width of SCOTCH_Num (partition.scotch.scotch_int_bits): in one
+# Scotch's bytes per input edge by the width of SCOTCH_Num (gnn_dist.partition.scotch.scotch_int_bits): in one
 # process (R=1, sequential Scotch), and under PT-Scotch the share every rank holds and the share spread
 # over the R ranks.
 SCOTCH_SEQUENTIAL_BYTES_PER_EDGE = {32: 120, 64: 190}
@@ -45,12 +45,12 @@ def input_shape(spec: str, root: str | os.PathLike | None = None) -> InputShape 
     kind, _, arg = spec.partition(":")
     try:
         if kind == "chunked" and arg:
-            from partition.chunked import read_meta
+            from gnn_dist.partition.chunked import read_meta
 
             meta = read_meta(arg)
             return InputShape(meta.num_nodes, meta.num_features, meta.num_input_edges)
         if kind == "synthetic" and arg:
-            from partition.synthetic import PRESETS
+            from gnn_dist.partition.synthetic import PRESETS
 
             if arg in PRESETS:
                 preset = PRESETS[arg]
@@ -74,7 +74,7 @@ def _npz_shape(path: Path) -> InputShape | None:
 
 def predicted_peak(shape: InputShape, method: str, ranks: int = 1) -> int:
     """Peak bytes of one rank partitioning `shape` with `method` on `ranks` ranks."""
-    from partition.scotch import scotch_int_bits
+    from gnn_dist.partition.scotch import scotch_int_bits
 
     node_bytes = shape.num_nodes * (shape.num_features * 4 + 40)
     if method != "ptscotch":

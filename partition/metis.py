@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partition.graph import DatasetError, Graph
+from gnn_dist.partition.graph import DatasetError, Graph
 
 METHODS = ("metis", "random")
 

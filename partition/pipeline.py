@@ -4,10 +4,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from partition.build import build_parts, part_stats
-from partition.format import PartitionMeta, save
-from partition.graph import Graph
-from partition.metis import assign_parts, locality_blocks
+from gnn_dist.partition.build import build_parts, part_stats
+from gnn_dist.partition.format import PartitionMeta, save
+from gnn_dist.partition.graph import Graph
+from gnn_dist.partition.metis import assign_parts, locality_blocks
 
 DEFAULT_LOCALITY_BLOCK = 256
 

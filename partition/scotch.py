@@ -30,7 +30,7 @@ import sys
 
 import numpy as np
 
-from partition.metis import PartitionError
+from gnn_dist.partition.metis import PartitionError
 
 IMBALANCE = 0.03  # PT-Scotch's default, and METIS's (ufactor 30)
 INSTALL_HINT = ("install PT-Scotch: apt-get install libptscotch-dev openmpi-bin, then pip install 'gnn-dist[distpart]' "
@@ -152,7 +152,7 @@ def scotch_assign(comm, vtxdist: np.ndarray, indptr: np.ndarray, adjacency: np.n
     """Part of each local node: Scotch's k-way partition (sequential at one rank, PT-Scotch across ranks)."""
     if num_parts == 1:
         return np.zeros(indptr.shape[0] - 1, dtype=np.int64)
-    from partition.shuffle import allreduce_array
+    from gnn_dist.partition.shuffle import allreduce_array
 
     directed_edges = int(allreduce_array(comm, np.array([adjacency.shape[0]]))[0])
     num_nodes = int(vtxdist[-1])

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from gnn_dist.comm import first_failure
-from partition.graph import DatasetError
-from partition.metis import PartitionError
+from gnn_dist.partition.graph import DatasetError
+from gnn_dist.partition.metis import PartitionError
 
 # MPI counts are C ints: keep each peer's message in one round below 1 GiB.
 MAX_MESSAGE_BYTES = 1 << 30

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partition.graph import DatasetError, Graph, add_both_directions, edges_from_keys, random_split
+from gnn_dist.partition.graph import DatasetError, Graph, add_both_directions, edges_from_keys, random_split
 
 
 @dataclass(frozen=True)

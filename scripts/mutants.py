@@ -188,7 +188,7 @@ def build_native_kernel(tree: Path, files: list[str], python: str, work: Path) -
     """
     copy = work / "tree"
     copy_tree(tree, files, copy)
-    subprocess.run([python, "-c", "from kernels.native import native_module; native_module()"], cwd=copy,
+    subprocess.run([python, "-c", "from gnn_dist.kernels.native import native_module; native_module()"], cwd=copy,
                    env=test_env(copy, work), capture_output=True, text=True, check=True)
 
 

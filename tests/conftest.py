@@ -55,7 +55,7 @@ def run_mpi(n: int, *args: str, script: str | None = None, timeout: float = 180,
 
 @pytest.fixture(scope="session")
 def tiny_graph():
-    from partition.datasets import load_dataset
+    from gnn_dist.partition.datasets import load_dataset
 
     return load_dataset("synthetic:tiny")
 
@@ -63,8 +63,8 @@ def tiny_graph():
 @pytest.fixture(scope="session")
 def partitioned(tmp_path_factory):
     """partitioned(spec, P, method='metis', root=None) -> directory, cached for the session."""
-    from partition.datasets import load_dataset
-    from partition.pipeline import partition_graph
+    from gnn_dist.partition.datasets import load_dataset
+    from gnn_dist.partition.pipeline import partition_graph
 
     cache: dict = {}
 

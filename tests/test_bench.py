@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.harness import CSV_COLUMNS, BenchConfig, config_from_args, plan_runs, sweep
+from gnn_dist.benchmarks.harness import CSV_COLUMNS, BenchConfig, config_from_args, plan_runs, sweep
 from tests.conftest import MPIEXEC, run_cli
 from tests.test_datasets import write_tiny_ogbn_arxiv
 

@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from partition.datasets import load_dataset
-from partition.graph import DatasetError, symmetrize
+from gnn_dist.partition.datasets import load_dataset
+from gnn_dist.partition.graph import DatasetError, symmetrize
 
 
 def test_symmetrize_matches_a_set_reference():

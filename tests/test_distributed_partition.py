@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from gnn_dist.comm import run_fake_ranks
-from partition.chunked import load_chunked, read_meta, write_graph
-from partition.convert import convert
-from partition.datasets import load_dataset
-from partition.distributed import ChunkedSource, partition_distributed
-from partition.format import load_meta
-from partition.graph import DatasetError
+from gnn_dist.partition.chunked import load_chunked, read_meta, write_graph
+from gnn_dist.partition.convert import convert
+from gnn_dist.partition.datasets import load_dataset
+from gnn_dist.partition.distributed import ChunkedSource, partition_distributed
+from gnn_dist.partition.format import load_meta
+from gnn_dist.partition.graph import DatasetError
 from tests.conftest import run_cli, run_mpi
 from tests.test_datasets import write_tiny_ogbn_arxiv
 from tests.test_partition import check_round_trip
@@ -60,7 +60,7 @@ def test_streamed_synthetic_is_the_loaded_graph(small_chunked, small_graph):
 
 def test_ogb_fixture_streams_to_the_same_graph(tmp_path, monkeypatch):
     write_tiny_ogbn_arxiv(tmp_path)
-    monkeypatch.setattr("partition.convert.CSV_ROWS", 3)  # several csv chunks even on 7 edges
+    monkeypatch.setattr("gnn_dist.partition.convert.CSV_ROWS", 3)  # several csv chunks even on 7 edges
     convert("ogbn-arxiv", tmp_path / "chunked", root=tmp_path, nodes_per_chunk=4, edges_per_chunk=2)
     assert len(read_meta(tmp_path / "chunked").node_chunks) == 2
     same_graph(load_chunked(tmp_path / "chunked"), load_dataset("ogbn-arxiv", tmp_path))
@@ -102,7 +102,7 @@ def test_one_rank_with_sequential_scotch_in_process(tmp_path, small_chunked, sma
 
 
 def _need_ptscotch() -> None:
-    from partition.scotch import missing_for_ranks
+    from gnn_dist.partition.scotch import missing_for_ranks
 
     problem = missing_for_ranks()
     if problem:
@@ -206,7 +206,7 @@ def test_memory_guard_refuses_before_loading(tmp_path, small_chunked, method):
 
 
 def test_guard_grows_with_the_graph_and_shrinks_with_ranks():
-    from partition.memory_guard import InputShape, predicted_peak
+    from gnn_dist.partition.memory_guard import InputShape, predicted_peak
 
     small, big = InputShape(10**6, 100, 10**7), InputShape(10**6, 100, 10**8)
     assert predicted_peak(big, "metis") > predicted_peak(small, "metis")

@@ -34,7 +34,7 @@ def test_keep_rate_and_scaling():
 
 
 def test_native_and_torch_paths_draw_the_same_masks(monkeypatch):
-    import kernels.native as native
+    import gnn_dist.kernels.native as native
     from gnn_dist import dropout
 
     ids = torch.randperm(3000)

@@ -10,8 +10,8 @@ from gnn_dist.context import RankContext, SetupError
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.model import ModelConfig
 from gnn_dist.trainer import TrainConfig, compute_gradients, setup
-from partition.datasets import load_dataset
-from partition.format import load_part
+from gnn_dist.partition.datasets import load_dataset
+from gnn_dist.partition.format import load_part
 from tests.reference import reference_logits_and_grads
 
 

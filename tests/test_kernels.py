@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-import kernels.native as native
-from kernels.spmm import SparseOperator, spmm
+import gnn_dist.kernels.native as native
+from gnn_dist.kernels.spmm import SparseOperator, spmm
 
 
 @pytest.fixture(params=["native", "torch"], autouse=True)

@@ -12,14 +12,14 @@ import sys
 import pytest
 import torch
 
-import kernels.spmm as spmm_module
+import gnn_dist.kernels.spmm as spmm_module
 from gnn_dist.comm import run_fake_ranks
 from gnn_dist.context import RankContext
 from gnn_dist.model import ModelConfig
 from gnn_dist.sampled import SampledConfig
 from gnn_dist.trainer import TrainConfig, accuracies, run_epochs, setup
-from partition.datasets import load_dataset
-from partition.format import load_part
+from gnn_dist.partition.datasets import load_dataset
+from gnn_dist.partition.format import load_part
 from tests.conftest import run_mpi
 from tests.reference import pyg_with_our_parameters
 

@@ -8,7 +8,7 @@ import pytest
 from gnn_dist.model import ModelConfig
 from gnn_dist.plan import (PROCESS_BYTES, PartShape, PlanConfig, RankMemory, memory_refusal, part_shapes,
                            plan_part, plan_phases)
-from partition.format import load_meta, load_part
+from gnn_dist.partition.format import load_meta, load_part
 from tests.conftest import run_cli, run_mpi
 
 GIB = 2**30

@@ -12,8 +12,8 @@ from gnn_dist.comm import run_fake_ranks  # noqa: E402
 from gnn_dist.context import RankContext  # noqa: E402
 from gnn_dist.model import ModelConfig  # noqa: E402
 from gnn_dist.trainer import TrainConfig, setup, train_step  # noqa: E402
-from partition.graph import Graph, random_split, symmetrize  # noqa: E402
-from partition.pipeline import partition_graph  # noqa: E402
+from gnn_dist.partition.graph import Graph, random_split, symmetrize  # noqa: E402
+from gnn_dist.partition.pipeline import partition_graph  # noqa: E402
 
 
 @st.composite

@@ -14,9 +14,9 @@ from gnn_dist.model import ModelConfig
 from gnn_dist.sampled import SampledConfig
 from gnn_dist.sampling import DistributedSampler, FeatureStore, relabel_hop, sample_key
 from gnn_dist.trainer import TrainConfig, setup
-from kernels.native import native_module
-from partition.datasets import load_dataset
-from partition.format import load_node_map, load_part
+from gnn_dist.kernels.native import native_module
+from gnn_dist.partition.datasets import load_dataset
+from gnn_dist.partition.format import load_node_map, load_part
 from tests.conftest import run_cli, run_mpi
 
 SEEDS = np.array([3, 17, 250, 1024, 2048, 3333, 4999])

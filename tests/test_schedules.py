@@ -12,7 +12,7 @@ from gnn_dist.model import ModelConfig
 from gnn_dist.schedules import (AdaptiveSchedule, BoundarySamplingSchedule, ExactSchedule, PipelineSchedule,
                                 StaleSchedule, parse_schedule)
 from gnn_dist.trainer import TrainConfig, setup, train_step
-from partition.format import load_part
+from gnn_dist.partition.format import load_part
 
 
 def values(ids, width: int, epoch: int) -> torch.Tensor:

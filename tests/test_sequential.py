@@ -10,7 +10,7 @@ from gnn_dist.comm import run_fake_ranks
 from gnn_dist.context import RankContext
 from gnn_dist.model import ModelConfig
 from gnn_dist.trainer import TrainConfig, run_epochs, setup
-from partition.datasets import load_dataset
+from gnn_dist.partition.datasets import load_dataset
 from tests.test_halo_fake import CASES, assert_equal_to_pyg, one_step_on_every_rank
 
 

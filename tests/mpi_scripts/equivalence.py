@@ -14,7 +14,7 @@ import torch  # noqa: E402
 
 from gnn_dist import ModelConfig, RankContext, TrainConfig, make_world_comm  # noqa: E402
 from gnn_dist.trainer import compute_gradients, setup  # noqa: E402
-from partition.datasets import load_dataset  # noqa: E402
+from gnn_dist.partition.datasets import load_dataset  # noqa: E402
 from tests.reference import reference_logits_and_grads  # noqa: E402
 
 parser = argparse.ArgumentParser()
