@@ -24,9 +24,9 @@ from pathlib import Path
 from statistics import median
 
 from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_train
-from gnn_dist.model import ModelConfig
-from gnn_dist.plan import PlanConfig, part_shapes, plan_part
+from gnn_dist.config import ModelConfig
 from gnn_dist.partition.format import load_meta
+from gnn_dist.plan import PlanConfig, part_shapes, plan_part
 
 GIB = 2**30
 

@@ -52,7 +52,6 @@ def main() -> None:
     from gnn_dist.kernels.native import native_module
     from gnn_dist.kernels.spmm import SparseOperator
     from gnn_dist.partition.datasets import load_dataset
-
     from gnn_dist.partition.metis import locality_blocks
 
     graph = load_dataset(args.dataset)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from gnn_dist.comm import first_failure
 from gnn_dist.context import SetupError
 from gnn_dist.partition.format import sha256_of
 
@@ -52,14 +53,13 @@ def describe_run(state) -> dict:
 
 
 def shard_payload(state, next_epoch: int, records: list[dict]) -> dict:
-    codec_generator = getattr(state.exchanger.codec, "generator", None)
     return {
         "format": CHECKPOINT_FORMAT,
         "next_epoch": next_epoch,
         "model": state.model.state_dict(),
         "optimizer": state.optimizer.state_dict(),
-        "schedule": state.exchanger.schedule.state_tensors(),
-        "codec_rng": codec_generator.get_state() if codec_generator is not None else None,
+        "schedule": state.exchanger.schedule.state_dict(),
+        "codec": state.exchanger.codec.state_dict(),
         "records": records if state.ctx.is_root else [],
     }
 
@@ -87,16 +87,16 @@ def save_checkpoint(state, directory: str | os.PathLike, next_epoch: int, record
     except OSError as err:
         tmp.unlink(missing_ok=True)
         error = f"{err.strerror or err} ({type(err).__name__})"
-    results = ctx.comm.allgather_object((error, digest))
-    failed = [(rank, msg) for rank, (msg, _) in enumerate(results) if msg is not None]
-    if failed:
+    failure = first_failure(ctx.comm, error)
+    if failure:
         final.unlink(missing_ok=True)
-        rank, msg = failed[0]
+        rank, msg, _ = failure
         raise CheckpointError(f"checkpoint to {target} failed on rank {rank}: {msg}: free disk space or "
                               f"choose another --checkpoint-dir; the last complete checkpoint is unchanged")
+    digests = ctx.comm.allgather_object(digest)
     if ctx.is_root:
         manifest = {"format": CHECKPOINT_FORMAT, "next_epoch": next_epoch, **describe_run(state),
-                    "shards": [{"file": f"rank-{r:05d}.pt", "sha256": d} for r, (_, d) in enumerate(results)]}
+                    "shards": [{"file": f"rank-{r:05d}.pt", "sha256": d} for r, d in enumerate(digests)]}
         tmp_manifest = target / f".{MANIFEST}.tmp"
         tmp_manifest.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp_manifest, target / MANIFEST)
@@ -126,7 +126,8 @@ def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict
     try:
         manifest = json.loads((path / MANIFEST).read_text())
     except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path / MANIFEST}: unreadable ({err}): delete {path} to resume from the one before")
+        raise CheckpointError(f"{path / MANIFEST}: unreadable ({err}): delete {path} to resume from the one "
+                              f"before") from err
     expected = describe_run(state)
     if manifest.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path}: checkpoint format {manifest.get('format')!r} is not {CHECKPOINT_FORMAT}: "
@@ -150,11 +151,10 @@ def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict
         shard = torch.load(shard_path, weights_only=True)
         state.model.load_state_dict(shard["model"])
         state.optimizer.load_state_dict(shard["optimizer"])
-        state.exchanger.schedule.load_state_tensors(shard["schedule"])
+        state.exchanger.schedule.load_state_dict(shard["schedule"])
+        # "codec_rng": how shards written before codecs had a state_dict kept the int8 codec's generator
+        state.exchanger.codec.load_state_dict(shard.get("codec", {"rng": shard.get("codec_rng")}))
     except (RuntimeError, KeyError, ValueError) as err:
         raise CheckpointError(f"{shard_path} does not fit this model ({str(err).splitlines()[0]}): pass the same "
                               f"--model/--hidden/--num-layers or use another --checkpoint-dir") from err
-    generator = getattr(state.exchanger.codec, "generator", None)
-    if generator is not None and shard["codec_rng"] is not None:
-        generator.set_state(shard["codec_rng"])
     return int(shard["next_epoch"]), list(shard["records"])

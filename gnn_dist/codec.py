@@ -35,6 +35,13 @@ class Codec:
     def empty_wire(self, rows: int, width: int) -> torch.Tensor:
         return torch.empty(rows, width, dtype=torch.float32)
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps to resume this codec exactly (its random state, if it draws)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
 
 class CastCodec(Codec):
     identity = False
@@ -85,6 +92,13 @@ class Int8Codec(Codec):
 
     def __init__(self, generator: torch.Generator):
         self.generator = generator
+
+    def state_dict(self) -> dict:
+        return {"rng": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("rng") is not None:
+            self.generator.set_state(state["rng"])
 
     def row_bytes(self, width: int) -> int:
         return width + 4

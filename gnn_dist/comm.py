@@ -15,7 +15,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -81,7 +82,7 @@ class Comm:
         raise NotImplementedError
 
     def ialltoallv(self, send: torch.Tensor, send_counts: np.ndarray, recv: torch.Tensor,
-                   recv_counts: np.ndarray) -> tuple["Pending", int]:
+                   recv_counts: np.ndarray) -> tuple[Pending, int]:
         """Non-blocking alltoallv: (a handle to wait on, bytes sent). Buffers must stay untouched until wait."""
         raise NotImplementedError
 
@@ -268,6 +269,47 @@ def first_failure(comm: Comm, error: str | None) -> tuple[int, str, bool] | None
     return rank, message, len(failed) == comm.size and all(m == message for _, m in failed)
 
 
+def exchange_rows(comm: Comm, send: np.ndarray, counts: np.ndarray,
+                  max_message_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Variable-sized all-to-all of numpy rows: counts first, then the payload.
+
+    `send` holds rows grouped by destination (counts[d] rows for rank d). Returns (the rows received, grouped
+    by source; the counts received from each rank; the bytes this rank put on the wire). With
+    max_message_bytes, no single message to a peer exceeds it: the payload goes in as many rounds as the
+    largest message needs (agreed with one allreduce, since MPI counts are C ints); without it, one round.
+    """
+    send = np.ascontiguousarray(send)
+    counts = np.asarray(counts, dtype=np.int64)
+    ones = np.ones(comm.size, dtype=np.int64)
+    recv_counts_tensor = torch.empty(comm.size, dtype=torch.int64)
+    sent = comm.alltoallv(torch.from_numpy(counts.copy()), ones, recv_counts_tensor, ones)
+    recv_counts = recv_counts_tensor.numpy()
+    recv = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
+    rounds = 1
+    if max_message_bytes is not None:
+        row_bytes = max(1, send.dtype.itemsize * int(np.prod(send.shape[1:], dtype=np.int64)))
+        max_rows = max(1, max_message_bytes // row_bytes)
+        longest = torch.tensor([-(-max(int(counts.max(initial=0)), int(recv_counts.max(initial=0))) // max_rows)])
+        comm.allreduce_(longest, "max")
+        rounds = int(longest[0])
+    if rounds <= 1:
+        return recv, recv_counts, sent + comm.alltoallv(torch.from_numpy(send), counts, torch.from_numpy(recv),
+                                                        recv_counts)
+    send_start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    recv_start = np.concatenate([[0], np.cumsum(recv_counts)[:-1]])
+    for t in range(rounds):
+        out = np.clip(counts - t * max_rows, 0, max_rows)
+        got = np.clip(recv_counts - t * max_rows, 0, max_rows)
+        piece = np.concatenate([send[s + t * max_rows:s + t * max_rows + c] for s, c in zip(send_start, out)])
+        landing = np.empty((int(got.sum()),) + send.shape[1:], dtype=send.dtype)
+        sent += comm.alltoallv(torch.from_numpy(piece), out, torch.from_numpy(landing), got)
+        offset = 0
+        for s, c in zip(recv_start, got):
+            recv[s + t * max_rows:s + t * max_rows + c] = landing[offset:offset + c]
+            offset += c
+    return recv, recv_counts, sent
+
+
 def solo_comm() -> Comm:
     """A communicator of one rank that never initialises MPI (single-process runs of collective code)."""
     return FakeComm(_FakeWorld(1, 60.0), 0)
@@ -279,4 +321,4 @@ def make_world_comm() -> Comm:
 
 
 __all__: Sequence[str] = ["Comm", "Pending", "MPIComm", "FakeComm", "run_fake_ranks", "launcher_rank", "make_world_comm",
-                           "solo_comm", "first_failure"]
+                           "solo_comm", "first_failure", "exchange_rows"]

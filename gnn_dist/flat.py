@@ -1,7 +1,7 @@
 """Parameters and gradients as one flat buffer: one Allreduce (or Bcast) moves them all."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

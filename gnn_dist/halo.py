@@ -44,7 +44,7 @@ class HaloPlan:
     halo_owner: torch.Tensor  # int64 [n_halo]
 
     @classmethod
-    def from_part(cls, part: PartData) -> "HaloPlan":
+    def from_part(cls, part: PartData) -> HaloPlan:
         num_parts = part.meta.num_parts
         send_counts = np.diff(part.send_ptr).astype(np.int64)
         return cls(

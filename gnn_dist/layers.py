@@ -1,4 +1,4 @@
-"""Distributed GCN and GraphSAGE layers and a cross-rank BatchNorm.
+"""The base of every model's distributed layer (`DistConv`) and a cross-rank BatchNorm.
 
 A layer sees only its rank's rows. It aggregates over [owned | halo] columns
 with the rank's local sparse operator and fetches halo rows through the
@@ -15,13 +15,14 @@ inputs are the cached input features, so the model passes the whole
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from gnn_dist.halo import HaloExchanger
-from gnn_dist.sequential import BlockedOperator, aggregate_exchanged, aggregate_local
 from gnn_dist.kernels.spmm import SparseOperator, spmm
+from gnn_dist.sequential import BlockedOperator, aggregate_exchanged, aggregate_local
 
 
 def glorot_(weight: torch.Tensor, generator: torch.Generator | None = None) -> None:
@@ -40,48 +41,52 @@ def linear_uniform_(linear: nn.Linear, generator: torch.Generator | None = None)
             linear.bias.uniform_(-bound, bound, generator=generator)
 
 
-class DistGCNConv(nn.Module):
-    """out = D^-1/2 (A + I) D^-1/2 X W^T + b over the whole graph, computed on owned rows.
+class DistConv(nn.Module):
+    """A registered model's layer (gnn_dist.models): the full-graph forward over [owned | halo] columns, the
+    sampled-block forward, and what the rest of the system asks of a model.
+
+    A subclass sets `name` (its --model NAME), `needs_root` (whether `finish` takes the rows' own input)
+    and `self_loops` (whether its operator adds one entry per row, for the memory plan), and defines:
+
+        reset_parameters(generator)   initial weights from a private generator
+        transform(h)                  the rows it aggregates: h, or h times its weight when the output is narrower
+        aggregation_bias              the bias fused into the aggregation of transformed rows, else None
+        finish(aggregated, root)      output rows from their aggregation (and their own input when needs_root)
+        normalise(rows, cols, deg, start, n_rows)   the full-graph operator's entries of a row range
+        block_operator(block)         a sampled block's operator
+        pyg_conv(in_dim, out_dim), pyg_parameter_names()   the PyG layer the tests compare it with
 
     Shapes:
         x: [n_owned, in_dim], or x_full: [n_owned + n_halo, in_dim] (halo known) -> [n_owned, out_dim]
     """
 
-    def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator | None, exchanger: HaloExchanger, slot: str,
-                 blocked: BlockedOperator | None = None):
+    name: ClassVar[str] = ""
+    needs_root: ClassVar[bool] = False
+    self_loops: ClassVar[bool] = False
+
+    def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator | None, exchanger: HaloExchanger | None,
+                 slot: str, blocked: BlockedOperator | None = None):
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(out_dim, in_dim))
-        self.bias = nn.Parameter(torch.zeros(out_dim))
+        self.in_dim = in_dim
         self.out_dim = out_dim
-        self.reset_parameters()
         self.operator = operator
         self.exchanger = exchanger
         self.slot = slot
         self.blocked = blocked
+        # A (X W) = (A X) W: aggregate the narrower of the input and the output (it is also what travels).
         self.aggregate_first = in_dim <= out_dim
 
-    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        glorot_(self.weight, generator)
-        with torch.no_grad():
-            self.bias.zero_()
+    @classmethod
+    def exchanged_width(cls, in_dim: int, out_dim: int) -> int:
+        """Width of the rows this layer puts on the wire (when its inputs are not the cached features)."""
+        return min(in_dim, out_dim)
 
-    def transform(self, h: torch.Tensor) -> torch.Tensor:
-        """The rows this layer aggregates: h itself, or h W^T when the output is the narrower side."""
-        return h if self.aggregate_first else h @ self.weight.t()
+    @classmethod
+    def parameter_count(cls, in_dim: int, out_dim: int) -> int:
+        return sum(p.numel() for p in cls(in_dim, out_dim, None, None, "count").parameters())
 
-    @property
-    def aggregation_bias(self) -> torch.Tensor | None:
-        """The bias fused into the aggregation when it runs on transformed rows (None when it is added later)."""
-        return None if self.aggregate_first else self.bias
-
-    needs_root = False  # GCN's self loop is in the operator: no separate term of the node's own input
-
-    def finish(self, aggregated: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
-        """Output rows from their aggregation (GCN has no root term: its self loop is in the operator)."""
-        return torch.addmm(self.bias, aggregated, self.weight.t()) if self.aggregate_first else aggregated
-
-    def combine(self, op: SparseOperator, source: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
-        """Output rows of op's rows from the rows `source` it aggregates."""
+    def combine(self, op: SparseOperator, source: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
+        """Output rows of op's rows from the rows `source` it aggregates (and `root`, those rows' own input)."""
         return self.finish(spmm(op, source, self.aggregation_bias), root)
 
     def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None,
@@ -89,59 +94,8 @@ class DistGCNConv(nn.Module):
         return _conv_forward(self, x, x_full, halo_source)
 
     def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator) -> torch.Tensor:
-        """One sampled block: block_op [n_dst, n_src] already holds the self loops and normalisation."""
-        return self.combine(block_op, self.transform(h_src), h_src[:block_op.shape[0]])
-
-
-class DistSAGEConv(nn.Module):
-    """PyG's SAGEConv (mean aggregator, root weight): out = W_l mean_{j in N(i)} x_j + b + W_r x_i.
-
-    Shapes:
-        x: [n_owned, in_dim], or x_full: [n_owned + n_halo, in_dim] (halo known) -> [n_owned, out_dim]
-    """
-
-    def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator | None, exchanger: HaloExchanger, slot: str,
-                 blocked: BlockedOperator | None = None):
-        super().__init__()
-        self.lin_l = nn.Linear(in_dim, out_dim, bias=True)
-        self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
-        self.out_dim = out_dim
-        self.operator = operator
-        self.exchanger = exchanger
-        self.slot = slot
-        self.blocked = blocked
-        self.aggregate_first = in_dim <= out_dim
-
-    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        linear_uniform_(self.lin_l, generator)
-        linear_uniform_(self.lin_r, generator)
-
-    def transform(self, h: torch.Tensor) -> torch.Tensor:
-        """The rows this layer aggregates: h itself, or h W_l^T when the output is the narrower side."""
-        return h if self.aggregate_first else h @ self.lin_l.weight.t()
-
-    @property
-    def aggregation_bias(self) -> torch.Tensor | None:
-        """The bias fused into the aggregation when it runs on transformed rows (None when it is added later)."""
-        return None if self.aggregate_first else self.lin_l.bias
-
-    needs_root = True
-
-    def finish(self, aggregated: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
-        """Output rows from their mean aggregation plus the root term of `root` (those rows' own input)."""
-        return (self.lin_l(aggregated) if self.aggregate_first else aggregated) + self.lin_r(root)
-
-    def combine(self, op: SparseOperator, source: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
-        """Output rows of op's rows: the mean over `source` rows plus the root term of `root` (those rows' input)."""
-        return self.finish(spmm(op, source, self.aggregation_bias), root)
-
-    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None,
-                halo_source=None) -> torch.Tensor:
-        return _conv_forward(self, x, x_full, halo_source)
-
-    def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator) -> torch.Tensor:
-        """One sampled block: mean over the sampled neighbours (block_op [n_dst, n_src]) plus the root term."""
-        return self.combine(block_op, self.transform(h_src), h_src[:block_op.shape[0]])
+        """One sampled block: block_op [n_dst, n_src] already holds the normalisation (and any self loops)."""
+        return self.combine(block_op, self.transform(h_src), h_src[:block_op.shape[0]] if self.needs_root else None)
 
 
 def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> torch.Tensor:

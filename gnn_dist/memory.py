@@ -1,7 +1,6 @@
 """Resident memory of a rank: measured per phase, and freed heap pages handed back between phases.
 
-Peak RSS is what users compare runs by (DESIGN.md: "measure memory as peak
-RSS per rank"), so the figures come from the kernel's own accounting
+Peak RSS per rank is what users compare runs by, so the figures come from the kernel's own accounting
 (/proc/self/statm and the high-water mark behind getrusage), never from
 tensor sizes added up.
 """

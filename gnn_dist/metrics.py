@@ -1,4 +1,4 @@
-"""Run metrics: the JSON Lines contract of DESIGN.md, written by rank 0 only.
+"""Run metrics: the JSON Lines records of docs/metrics.md, written by rank 0 only.
 
 Records stream to FILE.partial while the run goes on and are renamed to FILE
 when it ends, so a file under the final name is always a complete run.
@@ -14,7 +14,6 @@ from pathlib import Path
 class MetricsWriter:
     def __init__(self, path: str | os.PathLike | None):
         self.path = Path(path) if path else None
-        self.records: list[dict] = []
         self._handle = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -22,7 +21,6 @@ class MetricsWriter:
             self._handle = open(self._partial, "w")
 
     def write(self, record: dict) -> None:
-        self.records.append(record)
         if self._handle is not None:
             self._handle.write(json.dumps(record) + "\n")
             self._handle.flush()

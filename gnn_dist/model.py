@@ -7,39 +7,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from gnn_dist.codec import make_codec
+from gnn_dist.config import ModelConfig
 from gnn_dist.dropout import keyed_dropout, stream_key
 from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.layers import DistBatchNorm, DistGCNConv, DistSAGEConv
-from gnn_dist.sequential import BlockedOperator, build_blocked_operator
 from gnn_dist.kernels.spmm import SparseOperator, spmm
+from gnn_dist.layers import DistBatchNorm
+from gnn_dist.models import model_class
 from gnn_dist.partition.format import PartData
-
-MODELS = ("gcn", "sage")
-# Storage of the input features (--feature-dtype); the model upcasts them to fp32 where it uses them.
-FEATURE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    model: str = "gcn"
-    hidden: int = 16
-    num_layers: int = 2
-    dropout: float = 0.5
-    batch_norm: bool = False
-
-    def validate(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(f"unknown --model {self.model!r}: use gcn or sage")
-        if self.hidden < 1:
-            raise ValueError(f"--hidden must be at least 1, got {self.hidden}")
-        if self.num_layers < 1:
-            raise ValueError(f"--num-layers must be at least 1, got {self.num_layers}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"--dropout must lie in [0, 1), got {self.dropout}")
-
-    def widths(self, in_dim: int, out_dim: int) -> list[tuple[int, int]]:
-        dims = [in_dim] + [self.hidden] * (self.num_layers - 1) + [out_dim]
-        return list(zip(dims[:-1], dims[1:]))
+from gnn_dist.schedules import parse_schedule
+from gnn_dist.sequential import BlockedOperator, build_blocked_operator
 
 
 def normalised_rows(part: PartData, model: str, start: int, stop: int) -> tuple[torch.Tensor, ...]:
@@ -53,15 +30,7 @@ def normalised_rows(part: PartData, model: str, start: int, stop: int) -> tuple[
     lo, hi = int(part.indptr[start]), int(part.indptr[stop])
     rows = np.repeat(np.arange(stop - start, dtype=np.int64), np.diff(part.indptr[start:stop + 1]))
     cols = np.asarray(part.indices[lo:hi], dtype=np.int64)
-    deg = part.deg
-    if model == "gcn":
-        # PyG's gcn_norm: self loops added, weight 1 / sqrt((deg_i + 1)(deg_j + 1)).
-        rows = np.concatenate([rows, np.arange(stop - start, dtype=np.int64)])
-        cols = np.concatenate([cols, np.arange(start, stop, dtype=np.int64)])
-        values = 1.0 / np.sqrt((deg[rows + start] + 1.0) * (deg[cols] + 1.0))
-    else:
-        # Mean over in-neighbours; a row with no neighbours stays empty (aggregates to 0).
-        values = 1.0 / deg[rows + start].astype(np.float64) if rows.size else np.zeros(0)
+    rows, cols, values = model_class(model).normalise(rows, cols, part.deg, start, stop - start)
     return torch.from_numpy(rows), torch.from_numpy(cols), torch.from_numpy(values.astype(np.float32))
 
 
@@ -118,7 +87,7 @@ class LocalGraph:
 
     @classmethod
     def from_part(cls, part: PartData, model: str, whole_operator: bool = True,
-                  blocked_by: tuple[np.ndarray, int] | None = None) -> "LocalGraph":
+                  blocked_by: tuple[np.ndarray, int] | None = None) -> LocalGraph:
         """whole_operator: build the part's operator (full-batch, resident halos). blocked_by: (the P x P
         send-count matrix, halo block rows) builds the column-blocked operator of sequential halos instead,
         and no row access to the part is kept (evaluation runs the sequential forward)."""
@@ -163,7 +132,7 @@ class DistGNN(nn.Module):
         self.seed = seed
         self.epoch = 0
         self.exchanger = exchanger
-        conv_type = DistGCNConv if config.model == "gcn" else DistSAGEConv
+        conv_type = model_class(config.model)
         self.convs = nn.ModuleList(
             conv_type(i, o, graph.operator, exchanger, slot=f"layer{k}", blocked=graph.blocked)
             for k, (i, o) in enumerate(config.widths(in_dim, out_dim)))
@@ -188,7 +157,7 @@ class DistGNN(nn.Module):
                 halo = x_full[graph.n_owned:]
                 halo_ids = graph.halo_ids
 
-                def halo_source(start: int, stop: int, key=key) -> torch.Tensor:
+                def halo_source(start: int, stop: int, key=key, halo=halo, halo_ids=halo_ids) -> torch.Tensor:
                     return keyed_dropout(halo[start:stop].float(), halo_ids[start:stop], key, p, self.training)
 
                 h = conv([keyed_dropout(x_full[:graph.n_owned].float(), graph.node_ids, key, p, self.training)],
@@ -277,10 +246,8 @@ def forward_blocks(model: DistGNN, x_src: torch.Tensor, operators: list, node_id
 
 def exchanged_widths(config: ModelConfig, in_dim: int, out_dim: int) -> list[int]:
     """Width of the rows each layer puts on the wire per direction (0 for the first: cached inputs)."""
-    widths = []
-    for k, (i, o) in enumerate(config.widths(in_dim, out_dim)):
-        widths.append(0 if k == 0 else min(i, o))
-    return widths
+    conv_type = model_class(config.model)
+    return [0 if k == 0 else conv_type.exchanged_width(i, o) for k, (i, o) in enumerate(config.widths(in_dim, out_dim))]
 
 
 def predicted_halo_bytes_per_epoch(total_halo_rows: int, config: ModelConfig, in_dim: int, out_dim: int,
@@ -290,24 +257,12 @@ def predicted_halo_bytes_per_epoch(total_halo_rows: int, config: ModelConfig, in
 
     Exact for exact, stale:R (averaged over R epochs), pipeline and the wire
     format of every halo dtype; the expectation for bns:P; an upper bound for
-    adaptive schedules (which add one int32 flag per peer and direction and
-    may skip blocks).
+    adaptive schedules. Each schedule owns its figure (Schedule.predicted_bytes).
     """
-    from gnn_dist.codec import make_codec
-    from gnn_dist.schedules import AdaptiveSchedule, BoundarySamplingSchedule, StaleSchedule, parse_schedule
-
     codec = make_codec(halo_dtype)
-    rule = parse_schedule(schedule)
     widths = [w for w in exchanged_widths(config, in_dim, out_dim) if w]
-    total = 2 * total_halo_rows * sum(codec.row_bytes(w) for w in widths)
-    if isinstance(rule, StaleSchedule):
-        return total / rule.refresh_every
-    if isinstance(rule, BoundarySamplingSchedule):
-        return total * rule.keep_fraction
-    if isinstance(rule, AdaptiveSchedule):
-        return total + 2 * len(widths) * num_parts * (num_parts - 1) * 4
-    return total
+    exact = 2 * total_halo_rows * sum(codec.row_bytes(w) for w in widths)
+    return parse_schedule(schedule).predicted_bytes(exact, len(widths), num_parts)
 
 
-__all__ = ["MODELS", "ModelConfig", "LocalGraph", "DistGNN", "HaloPlan", "exchanged_widths",
-           "predicted_halo_bytes_per_epoch"]
+__all__ = ["LocalGraph", "DistGNN", "HaloPlan", "exchanged_widths", "predicted_halo_bytes_per_epoch"]

@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gnn_dist.model import FEATURE_DTYPES, ModelConfig, exchanged_widths
+from gnn_dist.config import FEATURE_DTYPES, ModelConfig
+from gnn_dist.model import exchanged_widths
+from gnn_dist.models import model_class
+from gnn_dist.schedules import parse_schedule
 from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS
 
 FLOAT = 4
@@ -122,9 +125,10 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     sequential = config.halo_memory == "sequential"
     feature_bytes = FEATURE_DTYPES[config.feature_dtype].itemsize
     model = config.model
-    nnz = shape.entries + (n if model.model == "gcn" else 0)
+    conv = model_class(model.model)
+    nnz = shape.entries + (n if conv.self_loops else 0)
     widths = model.widths(num_features, num_classes)
-    params = sum(i * o + o + (i * o if model.model == "sage" else 0) for i, o in widths)
+    params = sum(conv.parameter_count(i, o) for i, o in widths)
     params += 2 * model.hidden * (model.num_layers - 1) if model.batch_norm else 0
     peers = [r for r in shape.received_per_peer if r]
     bound = config.halo_block_rows if config.halo_block_rows > 0 else None
@@ -148,8 +152,7 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
         persistent["exchange buffers"] = 2 * S * sum(set(exchanged)) * FLOAT
     if len(peers):
         # Rows the schedule keeps between epochs, per exchanged layer (gnn_dist.schedules).
-        per_width = {"stale": h, "pipeline": 2 * h + 2 * S, "adaptive": 2 * (h + S)}.get(
-            config.schedule.partition(":")[0], 0)
+        per_width = parse_schedule(config.schedule).cached_rows(h, S)
         persistent["schedule caches"] = per_width * sum(exchanged) * FLOAT
 
     setup = _Liveness({"process": PROCESS_BYTES})
@@ -177,6 +180,7 @@ def plan_part(shape: PartShape, config: PlanConfig, num_features: int, num_class
 def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: bool) -> None:
     """The model's forward (gnn_dist.model.DistGNN.forward; evaluation differs only in what it keeps)."""
     model = config.model
+    needs_root = model_class(model.model).needs_root
     p = model.dropout if training else 0.0
     n = z.n
     for k, (i, o) in enumerate(widths):
@@ -205,10 +209,10 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
             live.alloc("halo rows", (n + z.h) * w * FLOAT)
         live.alloc("aggregated", n * w * FLOAT)
         live.free("halo block", "halo rows", "transformed rows")
-        keep_input = training and (not aggregate_first or model.model == "sage" or (k > 0 and p == 0))
+        keep_input = training and (not aggregate_first or needs_root or (k > 0 and p == 0))
         if keep_input:
             live.rename("layer input", f"saved input {k}")
-        elif aggregate_first and model.model == "gcn" and (z.sequential or k > 0):
+        elif aggregate_first and not needs_root and (z.sequential or k > 0):
             live.free("layer input")  # the conv took the only reference and freed it after aggregating
         if aggregate_first:
             live.alloc("layer output", n * o * FLOAT)
@@ -216,7 +220,7 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
                 live.rename("aggregated", f"saved aggregation {k}")
         else:
             live.rename("aggregated", "layer output")
-        if model.model == "sage":
+        if needs_root:
             live.alloc("root term", 2 * n * o * FLOAT)
         live.free("aggregated", "root term", "layer input")
     live.alloc("loss", 3 * n * widths[-1][1] * FLOAT if training else 0)
@@ -287,7 +291,7 @@ def part_shapes(directory) -> list[PartShape]:
 
 
 def plan_config_of(train_config) -> PlanConfig:
-    """The planner's view of a gnn_dist.trainer.TrainConfig."""
+    """The planner's view of a gnn_dist.config.TrainConfig."""
     return PlanConfig(model=train_config.model, halo_memory=train_config.halo_memory, schedule=train_config.schedule,
                       halo_block_rows=train_config.halo_block_rows, feature_dtype=train_config.feature_dtype,
                       eval_chunk_nodes=train_config.eval_chunk_nodes)

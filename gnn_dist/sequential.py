@@ -36,8 +36,8 @@ import numpy as np
 import torch
 
 from gnn_dist.halo import HaloExchanger
-from gnn_dist.schedules import StaleSchedule
 from gnn_dist.kernels.spmm import SparseOperator, _matmul, spmm
+from gnn_dist.schedules import StaleSchedule
 
 HALO_MEMORY_MODES = ("resident", "sequential")
 # Rows per block by default: 16 MiB per block at width 256, where one peer's whole block can be most of the

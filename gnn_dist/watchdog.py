@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 class Watchdog:

@@ -51,7 +51,3 @@ def native_module():
                               f"kernels (slower). Install a C++ compiler and ninja to enable it.", stacklevel=2)
     return _module
 
-
-def reset_for_tests() -> None:
-    global _module, _failed
-    _module, _failed = None, None

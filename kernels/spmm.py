@@ -8,8 +8,7 @@ not learnt), so no gradient flows to them.
 
 The dispatcher runs the native row-parallel kernel (kernels/native.py,
 compiled on first use) for float32/float64 CPU tensors, torch's sparse CSR
-kernels on CUDA and as the fallback; `dense_reference` is the independent
-definition the tests compare against.
+kernels on CUDA and as the fallback (the tests compare both with a dense product).
 """
 from __future__ import annotations
 
@@ -48,7 +47,7 @@ class SparseOperator:
     @classmethod
     def from_csr(cls, indptr: np.ndarray | torch.Tensor, indices: np.ndarray | torch.Tensor,
                  values: np.ndarray | torch.Tensor, shape: tuple[int, int],
-                 dtype: torch.dtype = torch.float32) -> "SparseOperator":
+                 dtype: torch.dtype = torch.float32) -> SparseOperator:
         """Build from CSR arrays; column indices inside a row need not be sorted."""
         indptr = torch.as_tensor(indptr, dtype=torch.int64)
         indices = torch.as_tensor(indices, dtype=torch.int64)
@@ -59,11 +58,11 @@ class SparseOperator:
 
     @classmethod
     def from_coo(cls, rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor,
-                 shape: tuple[int, int], with_transpose: bool = True) -> "SparseOperator":
+                 shape: tuple[int, int], with_transpose: bool = True) -> SparseOperator:
         transpose = _csr(cols, rows, values, (shape[1], shape[0])) if with_transpose else None
         return cls(matrix=_csr(rows, cols, values, shape), transpose=transpose)
 
-    def row_slice(self, start: int, stop: int) -> "SparseOperator":
+    def row_slice(self, start: int, stop: int) -> SparseOperator:
         """Rows [start, stop) as a forward-only operator over the same columns; views, no copy of the entries."""
         crow = self.matrix.crow_indices()
         lo, hi = int(crow[start]), int(crow[stop])
@@ -71,7 +70,7 @@ class SparseOperator:
                              self.matrix.values()[lo:hi], (stop - start, self.shape[1]))
         return SparseOperator(matrix=matrix, transpose=None)
 
-    def split_columns(self, at: int) -> tuple["SparseOperator", "SparseOperator"]:
+    def split_columns(self, at: int) -> tuple[SparseOperator, SparseOperator]:
         """(columns [0, at), columns [at, n_cols) renumbered from 0) as forward-only operators.
 
         A @ X equals left @ X[:at] + right @ X[at:], so the two halves of X need
@@ -161,7 +160,3 @@ def spmm(op: SparseOperator, x: torch.Tensor, bias: torch.Tensor | None = None) 
         raise ValueError(f"spmm: operator has {op.shape[1]} columns but x has {x.shape[0]} rows")
     return _SpMM.apply(op, x, bias)
 
-
-def dense_reference(op: SparseOperator, x: torch.Tensor) -> torch.Tensor:
-    """The same product through a dense matrix (tests only: O(n_rows * n_cols) memory)."""
-    return op.to_dense().to(x.dtype) @ x

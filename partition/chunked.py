@@ -201,7 +201,7 @@ class ChunkedWriter:
         self.edge_chunks: list[EdgeChunk] = []
         self.nodes_written = 0
 
-    def __enter__(self) -> "ChunkedWriter":
+    def __enter__(self) -> ChunkedWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:

@@ -14,8 +14,15 @@ from pathlib import Path
 import numpy as np
 
 from gnn_dist.partition.chunked import DEFAULT_EDGES_PER_CHUNK, DEFAULT_NODES_PER_CHUNK, ChunkedMeta, ChunkedWriter, write_graph
-from gnn_dist.partition.datasets import (OGB_NAMES, _import_ogb_quietly, _need_root, load_dataset, ogb_expected_files, ogb_meta,
-                                ogb_split_masks)
+from gnn_dist.partition.datasets import (
+    OGB_NAMES,
+    _import_ogb_quietly,
+    _need_root,
+    load_dataset,
+    ogb_expected_files,
+    ogb_meta,
+    ogb_split_masks,
+)
 from gnn_dist.partition.graph import DatasetError
 from gnn_dist.partition.synthetic import SyntheticDraw
 

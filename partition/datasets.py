@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,27 +25,32 @@ from gnn_dist.partition.synthetic import make_synthetic
 PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
 OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
 NPZ_SPLIT = (0.6, 0.2, 0.2)
-SPEC_FORMS = ("synthetic:tiny|small|arxiv|medium|large|products, planetoid:Cora|CiteSeer|PubMed, "
-              "ogbn-arxiv, ogbn-products, ogbn-papers100M, npz:PATH, chunked:DIR")
+# --dataset KIND[:ARG] -> (loader(arg, root, seed=, download=) -> Graph, whether ARG is required, the form shown)
+_LOADERS: dict[str, tuple[Callable, bool, str]] = {}
+
+
+def register_dataset(kind: str, form: str, takes_arg: bool = True):
+    """Decorator: `loader(arg, root, *, seed, download) -> Graph` serves --dataset KIND:ARG (or plain KIND when
+    takes_arg is False). `form` is how error messages list it. docs/extending.md has the recipe."""
+    def register(loader: Callable) -> Callable:
+        _LOADERS[kind] = (loader, takes_arg, form)
+        return loader
+    return register
+
+
+def dataset_forms() -> str:
+    return ", ".join(form for _, _, form in _LOADERS.values())
 
 
 def load_dataset(spec: str, root: str | os.PathLike | None = None, *, seed: int = 0,
                  download: bool = False) -> Graph:
     """Load the graph named by `spec`; every failure is a DatasetError naming the fix."""
-    kind, _, arg = spec.partition(":")
-    if kind == "synthetic" and arg:
-        return make_synthetic(arg, seed)
-    if kind == "planetoid" and arg:
-        return load_planetoid(arg, _need_root(spec, root))
-    if spec in OGB_NAMES:
-        return load_ogb(spec, _need_root(spec, root), download=download)
-    if kind == "npz" and arg:
-        return load_npz(arg, seed=seed)
-    if kind == "chunked" and arg:
-        from gnn_dist.partition.chunked import load_chunked
-
-        return load_chunked(arg)
-    raise DatasetError(f"unknown dataset {spec!r}: use one of {SPEC_FORMS}")
+    kind, colon, arg = spec.partition(":")
+    if kind in _LOADERS:
+        loader, takes_arg, _ = _LOADERS[kind]
+        if (bool(arg) if takes_arg else not colon):
+            return loader(arg if colon else None, root, seed=seed, download=download)
+    raise DatasetError(f"unknown dataset {spec!r}: use one of {dataset_forms()}")
 
 
 def _need_root(spec: str, root) -> Path:
@@ -282,3 +288,21 @@ def _graph_from_npz(path: Path, name: str, *, seed: int, split_required: bool) -
                   masks[0], masks[1], masks[2], num_classes)
     graph.validate()
     return graph
+
+
+# The built-in datasets, in the order error messages list them.
+register_dataset("synthetic", "synthetic:tiny|small|arxiv|medium|large|products")(
+    lambda arg, root, *, seed, download: make_synthetic(arg, seed))
+register_dataset("planetoid", "planetoid:Cora|CiteSeer|PubMed")(
+    lambda arg, root, *, seed, download: load_planetoid(arg, _need_root(f"planetoid:{arg}", root)))
+for _name in OGB_NAMES:
+    register_dataset(_name, _name, takes_arg=False)(
+        lambda arg, root, *, seed, download, _name=_name: load_ogb(_name, _need_root(_name, root), download=download))
+register_dataset("npz", "npz:PATH")(lambda arg, root, *, seed, download: load_npz(arg, seed=seed))
+
+
+@register_dataset("chunked", "chunked:DIR")
+def _load_chunked(arg, root, *, seed, download) -> Graph:
+    from gnn_dist.partition.chunked import load_chunked  # chunked imports this module
+
+    return load_chunked(arg)

@@ -19,19 +19,29 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from gnn_dist.memory import release_free_heap, return_large_blocks_on_free
 from gnn_dist.partition import chunked
 from gnn_dist.partition.build import part_stats
-from gnn_dist.partition.format import FORMAT_VERSION, META_FILE, NODE_MAP_FILE, PartInfo, PartitionMeta, PartitionFormatError
-from gnn_dist.partition.format import move_into_place, part_file_name, sha256_of
+from gnn_dist.partition.format import (
+    FORMAT_VERSION,
+    META_FILE,
+    NODE_MAP_FILE,
+    PartInfo,
+    PartitionFormatError,
+    PartitionMeta,
+    move_into_place,
+    part_file_name,
+    sha256_of,
+)
 from gnn_dist.partition.graph import Graph, sorted_distinct_keys
 from gnn_dist.partition.metis import PartitionError, check_num_parts, locality_blocks_of_part
+from gnn_dist.partition.pipeline import DEFAULT_LOCALITY_BLOCK
 from gnn_dist.partition.shuffle import agree, allreduce_array, exchange, group_by
 
 EDGES_PER_ROUND = 2_000_000  # 16 MB of each edge-sized buffer per exchange round
@@ -103,7 +113,7 @@ def symmetric_csr_slice(comm, source, vtxdist: np.ndarray) -> tuple[np.ndarray, 
     rounds = int(allreduce_array(comm, np.array([len(mine)]), "max")[0])
     received: list[np.ndarray] = []
     for t in range(rounds):
-        edges = agree(comm, lambda: source.read_edges(*mine[t]) if t < len(mine) else np.zeros((2, 0), np.int64))
+        edges = agree(comm, lambda t=t: source.read_edges(*mine[t]) if t < len(mine) else np.zeros((2, 0), np.int64))
         src, dst = edges[0], edges[1]
         keep = src != dst
         # key = target * N + source, for both directions; routed to the target's range owner
@@ -139,7 +149,8 @@ def fill_empty_parts(comm, parts: np.ndarray, lo: int, num_parts: int) -> np.nda
 
 
 def partition_distributed(comm, source, num_parts: int, out: str | os.PathLike, *, assigner: Assigner,
-                          method: str, seed: int = 0, overwrite: bool = False, locality_block: int = 256) -> PartitionMeta:
+                          method: str, seed: int = 0, overwrite: bool = False,
+                          locality_block: int = DEFAULT_LOCALITY_BLOCK) -> PartitionMeta:
     """Every rank calls this; all return the same meta once the directory is in place."""
     check_num_parts(num_parts, source.num_nodes)
     size, rank = comm.size, comm.rank

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import uuid
 import zipfile
 from dataclasses import dataclass
@@ -87,7 +88,7 @@ class PartitionMeta:
         return json.dumps(dataclasses.asdict(self), indent=1)
 
     @classmethod
-    def from_dict(cls, raw: dict, where: Path) -> "PartitionMeta":
+    def from_dict(cls, raw: dict, where: Path) -> PartitionMeta:
         version = raw.get("format_version")
         if version != FORMAT_VERSION:
             raise PartitionFormatError(f"{where}: format_version {version!r}, this gnn-dist reads version "
@@ -214,6 +215,12 @@ def verify_part_file(directory: Path, meta: PartitionMeta, k: int) -> Path:
     return path
 
 
+# numpy parses each .npy header with ast.literal_eval, and CPython 3.11's parser is not thread-safe (concurrent
+# calls can fail with "SystemError: AST constructor recursion depth mismatch"): simulated ranks are threads of
+# one process, so they read part files one at a time.
+_READ_LOCK = threading.Lock()
+
+
 def load_part(directory: str | os.PathLike, k: int, meta: PartitionMeta | None = None) -> PartData:
     """Load and check part k; never unpickles."""
     directory = Path(directory)
@@ -222,7 +229,7 @@ def load_part(directory: str | os.PathLike, k: int, meta: PartitionMeta | None =
         raise PartitionFormatError(f"{directory}: part {k} requested but there are {meta.num_parts} parts")
     path = verify_part_file(directory, meta, k)
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with _READ_LOCK, np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise PartitionFormatError(f"{path}: unreadable part file ({err}): re-run gnn-dist partition") from err

@@ -7,12 +7,13 @@ in the next collective.
 """
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import torch
 
-from gnn_dist.comm import first_failure
+from gnn_dist.comm import exchange_rows, first_failure
 from gnn_dist.partition.graph import DatasetError
 from gnn_dist.partition.metis import PartitionError
 
@@ -39,15 +40,6 @@ def agree(comm, step: Callable[[], T]) -> T:
     return result  # type: ignore[return-value]
 
 
-def all_to_all_counts(comm, counts: np.ndarray) -> np.ndarray:
-    """counts[d] sent to each rank d -> counts received from each rank."""
-    send = torch.from_numpy(np.ascontiguousarray(counts, dtype=np.int64))
-    recv = torch.empty(comm.size, dtype=torch.int64)
-    ones = np.ones(comm.size, dtype=np.int64)
-    comm.alltoallv(send, ones, recv, ones)
-    return recv.numpy()
-
-
 def allreduce_array(comm, values: np.ndarray, op: str = "sum") -> np.ndarray:
     tensor = torch.from_numpy(np.array(values, dtype=np.int64, copy=True).reshape(-1))
     comm.allreduce_(tensor, op)
@@ -55,30 +47,9 @@ def allreduce_array(comm, values: np.ndarray, op: str = "sum") -> np.ndarray:
 
 
 def exchange(comm, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of `send` grouped by destination (counts[d] rows for rank d) -> (received rows by source, their counts)."""
-    send = np.ascontiguousarray(send)
-    counts = np.asarray(counts, dtype=np.int64)
-    recv_counts = all_to_all_counts(comm, counts)
-    recv = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
-    row_bytes = max(1, send.dtype.itemsize * int(np.prod(send.shape[1:], dtype=np.int64)))
-    max_rows = max(1, MAX_MESSAGE_BYTES // row_bytes)
-    longest = max(int(counts.max(initial=0)), int(recv_counts.max(initial=0)))
-    rounds = int(allreduce_array(comm, np.array([-(-longest // max_rows)]), "max")[0])
-    if rounds <= 1:
-        comm.alltoallv(torch.from_numpy(send), counts, torch.from_numpy(recv), recv_counts)
-        return recv, recv_counts
-    send_start = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    recv_start = np.concatenate([[0], np.cumsum(recv_counts)[:-1]])
-    for t in range(rounds):
-        sent = np.clip(counts - t * max_rows, 0, max_rows)
-        got = np.clip(recv_counts - t * max_rows, 0, max_rows)
-        piece = np.concatenate([send[s + t * max_rows:s + t * max_rows + c] for s, c in zip(send_start, sent)])
-        landing = np.empty((int(got.sum()),) + send.shape[1:], dtype=send.dtype)
-        comm.alltoallv(torch.from_numpy(piece), sent, torch.from_numpy(landing), got)
-        offset = 0
-        for s, c in zip(recv_start, got):
-            recv[s + t * max_rows:s + t * max_rows + c] = landing[offset:offset + c]
-            offset += c
+    """Rows of `send` grouped by destination (counts[d] rows for rank d) -> (received rows by source, their counts),
+    in rounds that keep each message under MAX_MESSAGE_BYTES."""
+    recv, recv_counts, _ = exchange_rows(comm, send, counts, MAX_MESSAGE_BYTES)
     return recv, recv_counts
 
 

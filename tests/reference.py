@@ -1,18 +1,19 @@
-"""The independent single-process reference: PyG's GCNConv / SAGEConv (+ torch BatchNorm1d) on the whole graph."""
+"""The independent single-process reference: each model's PyG layer (GCNConv, SAGEConv; + torch BatchNorm1d) on the
+whole graph. Which PyG layer, and how our parameter names map onto its, comes from the model's file (gnn_dist.models)."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_geometric.nn import GCNConv, SAGEConv
+
+from gnn_dist.models import model_class
 
 
 class PygModel(nn.Module):
     def __init__(self, model: str, widths: list[tuple[int, int]], batch_norm: bool):
         super().__init__()
-        conv = GCNConv if model == "gcn" else SAGEConv
         self.model = model
-        self.convs = nn.ModuleList(conv(i, o) for i, o in widths)
+        self.convs = nn.ModuleList(model_class(model).pyg_conv(i, o) for i, o in widths)
         self.norms = nn.ModuleList(nn.BatchNorm1d(o) for _, o in widths[:-1]) if batch_norm else None
 
     def forward(self, x, edge_index):
@@ -28,12 +29,8 @@ class PygModel(nn.Module):
         """Our parameter name -> the reference's."""
         names = {}
         for k in range(len(self.convs)):
-            if self.model == "gcn":
-                names[f"convs.{k}.weight"] = f"convs.{k}.lin.weight"
-                names[f"convs.{k}.bias"] = f"convs.{k}.bias"
-            else:
-                for part in ("lin_l.weight", "lin_l.bias", "lin_r.weight"):
-                    names[f"convs.{k}.{part}"] = f"convs.{k}.{part}"
+            for ours, theirs in model_class(self.model).pyg_parameter_names().items():
+                names[f"convs.{k}.{ours}"] = f"convs.{k}.{theirs}"
         if self.norms is not None:
             for k in range(len(self.norms)):
                 names[f"norms.{k}.weight"] = f"norms.{k}.weight"

@@ -14,12 +14,12 @@ import torch
 
 import gnn_dist.kernels.spmm as spmm_module
 from gnn_dist.comm import run_fake_ranks
+from gnn_dist.config import ModelConfig, SampledConfig, TrainConfig
 from gnn_dist.context import RankContext
-from gnn_dist.model import ModelConfig
-from gnn_dist.sampled import SampledConfig
-from gnn_dist.trainer import TrainConfig, accuracies, run_epochs, setup
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_part
+from gnn_dist.training import run_epochs, setup
+from gnn_dist.training.evaluation import accuracies
 from tests.conftest import run_mpi
 from tests.reference import pyg_with_our_parameters
 

@@ -5,10 +5,9 @@ import json
 
 import pytest
 
-from gnn_dist.model import ModelConfig
-from gnn_dist.plan import (PROCESS_BYTES, PartShape, PlanConfig, RankMemory, memory_refusal, part_shapes,
-                           plan_part, plan_phases)
+from gnn_dist.config import ModelConfig
 from gnn_dist.partition.format import load_meta, load_part
+from gnn_dist.plan import PROCESS_BYTES, PlanConfig, RankMemory, memory_refusal, part_shapes, plan_part, plan_phases
 from tests.conftest import run_cli, run_mpi
 
 GIB = 2**30

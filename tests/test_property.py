@@ -4,16 +4,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gnn_dist.comm import run_fake_ranks  # noqa: E402
-from gnn_dist.context import RankContext  # noqa: E402
-from gnn_dist.model import ModelConfig  # noqa: E402
-from gnn_dist.trainer import TrainConfig, setup, train_step  # noqa: E402
-from gnn_dist.partition.graph import Graph, random_split, symmetrize  # noqa: E402
-from gnn_dist.partition.pipeline import partition_graph  # noqa: E402
+from gnn_dist.comm import run_fake_ranks
+from gnn_dist.config import ModelConfig, TrainConfig
+from gnn_dist.context import RankContext
+from gnn_dist.partition.graph import Graph, random_split, symmetrize
+from gnn_dist.partition.pipeline import partition_graph
+from gnn_dist.training import setup
 
 
 @st.composite
@@ -35,7 +35,7 @@ def one_epoch_loss(directory, num_parts, model):
                          model=ModelConfig(model=model, hidden=4, num_layers=2, dropout=0.5))
 
     def rank_fn(comm):
-        return train_step(setup(RankContext(comm), config), 0)
+        return setup(RankContext(comm), config).step.train_epoch(0)["loss"]
 
     return run_fake_ranks(num_parts, rank_fn)[0]
 

@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from gnn_dist import sampling
+from gnn_dist import feature_store
 from gnn_dist.comm import run_fake_ranks
+from gnn_dist.config import ModelConfig, SampledConfig, TrainConfig
 from gnn_dist.context import RankContext
-from gnn_dist.model import ModelConfig
-from gnn_dist.sampled import SampledConfig
-from gnn_dist.sampling import DistributedSampler, FeatureStore, relabel_hop, sample_key
-from gnn_dist.trainer import TrainConfig, setup
+from gnn_dist.feature_store import FeatureStore
 from gnn_dist.kernels.native import native_module
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_node_map, load_part
+from gnn_dist.sampler import DistributedSampler, relabel_hop, sample_key
+from gnn_dist.training import setup
 from tests.conftest import run_cli, run_mpi
 
 SEEDS = np.array([3, 17, 250, 1024, 2048, 3333, 4999])
@@ -37,7 +37,7 @@ def sample_by_original_id(directory, num_parts, fanouts, local_only=False, as_li
         mine = SEEDS[comm.rank::num_parts]
         nodes, blocks = sampler.sample(new_of[mine], epoch=1, step=2)
         hops = []
-        for level, block in enumerate(blocks):
+        for block in blocks:
             dst_level = nodes[:block.n_dst]
             pairs = [(int(node_map[dst_level[d]]), int(node_map[nodes[s]]))
                      for d, s in zip(block.dst.tolist(), block.src.tolist())]
@@ -122,7 +122,7 @@ def test_remote_features_match_the_dataset(partitioned):
 @pytest.mark.parametrize("compact_every", [None, 7])  # 7: requests are folded into counts along the way
 def test_cache_refill_keeps_the_most_requested_and_fetches_only_new_rows(partitioned, monkeypatch, compact_every):
     if compact_every is not None:
-        monkeypatch.setattr(sampling, "_COMPACT_REQUESTS", compact_every)
+        monkeypatch.setattr(feature_store, "_COMPACT_REQUESTS", compact_every)
     graph = load_dataset("synthetic:small")
     directory = partitioned("synthetic:small", 2)
     node_map = load_node_map(directory)
@@ -171,8 +171,8 @@ def test_ranks_with_unequal_training_nodes_run_the_same_steps(partitioned):
 
     def rank_fn(comm):
         state = setup(RankContext(comm), config)
-        result = state.sampled_run.train_epoch(0)
-        return int(state.graph.train_mask.sum()), state.sampled_run.steps, result["seeds"]
+        result = state.step.train_epoch(0)
+        return int(state.graph.train_mask.sum()), state.step.steps, result["seeds"]
 
     results = run_fake_ranks(3, rank_fn)
     steps = {r[1] for r in results}
@@ -303,7 +303,7 @@ def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model):
 
     from gnn_dist.dropout import sampled_stream_key
     from gnn_dist.model import forward_blocks
-    from gnn_dist.sampled import block_operator
+    from gnn_dist.models import model_class
 
     graph = load_dataset("synthetic:small")
     directory = partitioned("synthetic:small", 2)
@@ -314,11 +314,11 @@ def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model):
 
     def rank_fn(comm):
         state = setup(RankContext(comm), config)
-        run = state.sampled_run
+        run = state.step
         batch = run.batches(0)[0]
         nodes, blocks = run.sampler.sample(batch + run.sampler.first, 0, 0)
         x = run.store.gather(nodes)
-        operators = [block_operator(b, model) for b in reversed(blocks)]
+        operators = [model_class(model).block_operator(b) for b in reversed(blocks)]
         keys = [sampled_stream_key(1, 0, 0, comm.rank, k) for k in range(3)]
         state.model.train()
         logits = forward_blocks(state.model, x, operators, torch.from_numpy(nodes), keys)

@@ -6,13 +6,19 @@ import torch
 
 from gnn_dist.codec import make_codec
 from gnn_dist.comm import run_fake_ranks
+from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.model import ModelConfig
-from gnn_dist.schedules import (AdaptiveSchedule, BoundarySamplingSchedule, ExactSchedule, PipelineSchedule,
-                                StaleSchedule, parse_schedule)
-from gnn_dist.trainer import TrainConfig, setup, train_step
 from gnn_dist.partition.format import load_part
+from gnn_dist.schedules import (
+    AdaptiveSchedule,
+    BoundarySamplingSchedule,
+    ExactSchedule,
+    PipelineSchedule,
+    StaleSchedule,
+    parse_schedule,
+)
+from gnn_dist.training import setup
 
 
 def values(ids, width: int, epoch: int) -> torch.Tensor:
@@ -74,7 +80,7 @@ def test_stale_reuses_the_cache_and_sends_one_epoch_in_r(partitioned):
     directory = partitioned("synthetic:tiny", 3)
     exact = run_epochs(directory, 3, ExactSchedule, 4)
     stale = run_epochs(directory, 3, lambda: StaleSchedule(2), 4)
-    for (part, halos, sent), (_, exact_halos, exact_sent) in zip(stale, exact):
+    for (part, halos, sent), _ in zip(stale, exact):
         truth = [values(part.halo_ids, 4, e) for e in range(4)]
         assert torch.equal(halos[0], truth[0]) and torch.equal(halos[1], truth[0])  # epoch 1 reuses epoch 0
         assert torch.equal(halos[2], truth[2]) and torch.equal(halos[3], truth[2])
@@ -129,7 +135,7 @@ def test_bns_keeps_a_fraction_agreed_by_owner_and_receiver(partitioned):
     directory = partitioned("synthetic:small", 4)
     results = run_epochs(directory, 4, lambda: BoundarySamplingSchedule(0.3, seed=1), 2, width=3)
     kept_total, halo_total = 0, 0
-    for part, halos, sent in results:
+    for part, halos, _ in results:
         truth = values(part.halo_ids, 3, 0)
         kept = (halos[0] != 0).any(1)
         assert torch.equal(halos[0][kept], truth[kept])  # what arrives is right, what does not is zero
@@ -259,7 +265,7 @@ def train_losses(directory, spec, epochs=40):
 
     def rank_fn(comm):
         state = setup(RankContext(comm), config)
-        losses = [train_step(state, epoch) for epoch in range(epochs)]
+        losses = [state.step.train_epoch(epoch)["loss"] for epoch in range(epochs)]
         state.exchanger.finish()
         return losses
 

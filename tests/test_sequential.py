@@ -4,13 +4,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 
 from gnn_dist.comm import run_fake_ranks
+from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext
-from gnn_dist.model import ModelConfig
-from gnn_dist.trainer import TrainConfig, run_epochs, setup
 from gnn_dist.partition.datasets import load_dataset
+from gnn_dist.training import run_epochs, setup
 from tests.test_halo_fake import CASES, assert_equal_to_pyg, one_step_on_every_rank
 
 

@@ -10,8 +10,7 @@ import dataclasses
 import pytest
 
 from gnn_dist.cli import build_parser, train_config_from_args
-from gnn_dist.sampled import SampledConfig
-from gnn_dist.trainer import TrainConfig
+from gnn_dist.config import SampledConfig, TrainConfig
 
 SAMPLED = ["--mode", "sampled", "--fanouts", "5,5"]
 

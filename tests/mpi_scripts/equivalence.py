@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from gnn_dist import ModelConfig, RankContext, TrainConfig, make_world_comm  # noqa: E402
-from gnn_dist.trainer import compute_gradients, setup  # noqa: E402
 from gnn_dist.partition.datasets import load_dataset  # noqa: E402
+from gnn_dist.training import setup  # noqa: E402
 from tests.reference import reference_logits_and_grads  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -35,7 +35,7 @@ config = TrainConfig(parts=args.parts, epochs=0, progress=False, seed=11, halo_m
                      model=ModelConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers,
                                        dropout=0.0, batch_norm=args.batch_norm))
 state = setup(ctx, config)
-loss = compute_gradients(state, epoch=0)
+loss = state.step.compute_gradients(epoch=0)
 state.model.train()
 with torch.no_grad():
     logits = state.model(state.x_full)

@@ -8,60 +8,28 @@ with none runs empty steps, still answering sampling and feature requests),
 so no rank waits at a collective. Gradients of the summed loss are summed
 with one Allreduce per step, which also carries the global number of seeds
 that scales them. Validation and test accuracy come from the exact
-full-batch forward (gnn_dist.trainer.evaluate).
+full-batch forward (gnn_dist.training.evaluation.evaluate).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gnn_dist.config import SampledConfig
 from gnn_dist.dropout import sampled_stream_key
-from gnn_dist.flat import pack_into, unpack_from
+from gnn_dist.feature_store import FeatureStore
 from gnn_dist.model import forward_blocks
-from gnn_dist.sampling import Block, DistributedSampler, FeatureStore
-from gnn_dist.kernels.spmm import SparseOperator
+from gnn_dist.models import model_class
+from gnn_dist.sampler import DistributedSampler
+from gnn_dist.training.full_batch import check_finite
+from gnn_dist.training.state import max_over_ranks, sum_over_ranks
+from gnn_dist.training.step import flat_buffer, sync_gradients
 
 
-@dataclass(frozen=True)
-class SampledConfig:
-    fanouts: tuple = (15, 10, 5)
-    batch_size: int = 1024
-    sampling: str = "remote"  # or "local"
-    feature_cache_mb: float = 0.0
-    cache_count_steps: int = 8
-
-    def validate(self, num_layers: int) -> None:
-        if len(self.fanouts) != num_layers:
-            raise ValueError(f"--fanouts has {len(self.fanouts)} values but the model has {num_layers} layers: "
-                             f"give one fanout per layer (e.g. --fanouts {','.join(['10'] * num_layers)})")
-        if any(f < 1 for f in self.fanouts):
-            raise ValueError(f"--fanouts must be positive integers, got {list(self.fanouts)}")
-        if self.batch_size < 1:
-            raise ValueError(f"--batch-size must be at least 1, got {self.batch_size}")
-        if self.sampling not in ("remote", "local"):
-            raise ValueError(f"--sampling must be remote or local, got {self.sampling!r}")
-        if self.feature_cache_mb < 0:
-            raise ValueError(f"--feature-cache-mb must be 0 or more, got {self.feature_cache_mb}")
-
-
-def block_operator(block: Block, model: str) -> SparseOperator:
-    counts = torch.bincount(block.dst, minlength=block.n_dst).to(torch.float32)
-    if model == "sage":
-        values = 1.0 / counts[block.dst]
-        return SparseOperator.from_coo(block.dst, block.src, values, (block.n_dst, block.n_src))
-    # GCN on a block: mean over the sampled neighbours and the node itself (a self loop per target).
-    loops = torch.arange(block.n_dst, dtype=torch.int64)
-    rows = torch.cat([block.dst, loops])
-    cols = torch.cat([block.src, loops])
-    values = 1.0 / (counts[rows] + 1.0)
-    return SparseOperator.from_coo(rows, cols, values, (block.n_dst, block.n_src))
-
-
-class SampledRun:
+class MiniBatchStep:
     def __init__(self, state, part, config: SampledConfig):
         self.state = state
         self.config = config
@@ -69,6 +37,9 @@ class SampledRun:
         self.sampler = DistributedSampler(ctx.comm, part, list(config.fanouts), state.config.seed,
                                           local_only=config.sampling == "local")
         self.store = FeatureStore(ctx.comm, self.sampler, state.x_full)
+        self.model_class = model_class(state.config.model.model)
+        self.params = list(state.model.parameters())
+        self.flat = flat_buffer(self.params, extras=2)  # gradients, then the loss sum and the number of seeds
         self.train_local = np.flatnonzero(part.train_mask)
         steps = torch.tensor([float(-(-len(self.train_local) // config.batch_size))], dtype=torch.float64)
         if ctx.size > 1:
@@ -119,7 +90,7 @@ class SampledRun:
             nodes, blocks = self.sampler.sample(batch + self.sampler.first, epoch, step)
             x = self.store.gather(nodes)
             start = time.perf_counter()
-            operators = [block_operator(b, state.config.model.model) for b in reversed(blocks)]
+            operators = [self.model_class.block_operator(b) for b in reversed(blocks)]
             state.optimizer.zero_grad(set_to_none=False)
             keys = [sampled_stream_key(state.config.seed, epoch, step, state.ctx.rank, k)
                     for k in range(len(operators))]
@@ -127,18 +98,13 @@ class SampledRun:
             loss_sum = F.cross_entropy(logits, self.labels[torch.from_numpy(batch)], reduction="sum") \
                 if len(batch) else logits.sum() * 0.0
             loss_sum.backward()
-            params = list(model.parameters())
-            flat = state.flat_sampled
-            pack_into(params, flat[:-2], grads=True)
-            flat[-2] = loss_sum.detach()
-            flat[-1] = float(len(batch))
-            state.exchanger.allreduce_(flat)
-            global_seeds = float(flat[-1])
-            flat[:-2].div_(max(global_seeds, 1.0))
-            unpack_from(params, flat[:-2], grads=True)
+            global_loss_sum, global_seeds = sync_gradients(state.exchanger, self.params, self.flat,
+                                                           [loss_sum.detach(), float(len(batch))],
+                                                           divisor=lambda totals: max(totals[1], 1.0))
+            losses.append(global_loss_sum / max(global_seeds, 1.0))
+            check_finite(losses[-1], epoch)
             state.optimizer.step()
             compute_s += time.perf_counter() - start
-            losses.append(float(flat[-2]) / max(global_seeds, 1.0))
             seeds_total += int(global_seeds)
             state.watchdog.beat(f"epoch {epoch}: sampled step {step}")
         self.epochs_trained += 1
@@ -146,3 +112,18 @@ class SampledRun:
                 "sample_s": counters.sample_s, "fetch_s": counters.fetch_s, "sample_bytes": counters.sample_bytes,
                 "feature_bytes": counters.feature_bytes, "cache_hits": counters.cache_hits,
                 "cache_misses": counters.cache_misses, "halo_hits": counters.halo_hits}
+
+    def epoch_metrics(self, figures: dict, epoch_s: float) -> dict:
+        """Per-epoch figures of sampled training: traffic summed over ranks, times of the slowest rank."""
+        ctx = self.state.ctx
+        sums = sum_over_ranks(ctx, [figures["sample_bytes"], figures["feature_bytes"], figures["cache_hits"],
+                                    figures["cache_misses"], figures["halo_hits"]])
+        slowest = max_over_ranks(ctx, [figures["sample_s"], figures["fetch_s"], figures["compute_s"]])
+        sample_bytes, feature_bytes, hits, misses, halo_hits = (int(v) for v in sums)
+        return {
+            "halo_bytes": sample_bytes + feature_bytes, "sample_bytes": sample_bytes, "feature_bytes": feature_bytes,
+            "cache_hits": hits, "cache_misses": misses, "halo_hits": halo_hits,
+            "cache_hit_rate": hits / (hits + misses) if hits + misses else 1.0,
+            "seeds": figures["seeds"], "seeds_per_s": figures["seeds"] / epoch_s if epoch_s else 0.0,
+            "sample_s": slowest[0], "fetch_s": slowest[1], "compute_s": slowest[2],
+        }

@@ -1,4 +1,4 @@
-"""Distributed neighbour sampling and the remote-feature store of sampled training.
+"""Distributed neighbour sampling of sampled training (the remote features: gnn_dist.feature_store).
 
 Node names: every rank speaks in *global* ids (the partition's contiguous
 numbering: part k owns [partptr[k], partptr[k+1])), so the owner of any node
@@ -29,11 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gnn_dist.comm import Comm
+from gnn_dist.comm import Comm, exchange_rows
 from gnn_dist.kernels.native import native_module
 from gnn_dist.partition.format import PartData
-
-_COMPACT_REQUESTS = 1 << 22  # raw request ids kept before folding them into counts
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -163,16 +161,9 @@ class DistributedSampler:
 
     def _exchange_ints(self, send: np.ndarray, send_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Variable-length int64 messages to every peer: (received values, counts per peer)."""
-        size = self.comm.size
-        counts_tensor = torch.from_numpy(np.ascontiguousarray(send_counts, dtype=np.int64)).reshape(size, 1)
-        recv_counts_tensor = torch.empty_like(counts_tensor)
-        ones = np.ones(size, dtype=np.int64)
-        self.counters.sample_bytes += self.comm.alltoallv(counts_tensor, ones, recv_counts_tensor, ones)
-        recv_counts = recv_counts_tensor.numpy().reshape(-1).copy()
-        recv = torch.empty(int(recv_counts.sum()), 1, dtype=torch.int64)
-        payload = torch.from_numpy(np.ascontiguousarray(send, dtype=np.int64)).reshape(-1, 1)
-        self.counters.sample_bytes += self.comm.alltoallv(payload, send_counts, recv, recv_counts)
-        return recv.numpy().reshape(-1).copy(), recv_counts
+        recv, recv_counts, sent = exchange_rows(self.comm, np.asarray(send, dtype=np.int64), send_counts)
+        self.counters.sample_bytes += sent
+        return recv, recv_counts
 
     def sample_hop(self, frontier: np.ndarray, fanout: int, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
         """Sample for every frontier node (global ids). Returns (count per frontier node, sources grouped)."""
@@ -215,113 +206,3 @@ class DistributedSampler:
             nodes = level
         self.counters.sample_s += time.perf_counter() - start
         return nodes, blocks
-
-
-@dataclass
-class FeatureStore:
-    """Features of any node by global id: owned, cached halo, a static cache of other remote nodes, or fetched."""
-
-    comm: Comm
-    sampler: DistributedSampler
-    x_full: torch.Tensor  # [owned | halo] input features
-    cache_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # sorted global ids
-    cache_rows: torch.Tensor | None = None
-    count_requests: bool = False  # record which remote (non-halo) nodes the batches asked for
-
-    def __post_init__(self):
-        local_global = self.sampler.local_to_global
-        self.known_order = np.argsort(local_global)
-        self.known_sorted = local_global[self.known_order]
-        self.requested: list[np.ndarray] = []  # ids asked since the last compaction
-        self.counted = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # (sorted ids, times asked)
-
-    def _record_requests(self, ids: np.ndarray) -> None:
-        self.requested.append(ids)
-        # Fold the raw ids into (id, count) pairs now and then, so an epoch of requests on a
-        # large graph costs memory in distinct nodes, not in requests.
-        if sum(len(r) for r in self.requested) > _COMPACT_REQUESTS:
-            self.counted = self._compacted()
-
-    def _compacted(self) -> tuple[np.ndarray, np.ndarray]:
-        ids, hits = self.counted
-        raw = [ids] + self.requested
-        weights = [hits] + [np.ones(len(r), dtype=np.int64) for r in self.requested]
-        self.requested = []
-        unique, inverse = np.unique(np.concatenate(raw), return_inverse=True)
-        return unique, np.bincount(inverse, weights=np.concatenate(weights), minlength=len(unique)).astype(np.int64)
-
-    def count_remote(self, nodes: np.ndarray) -> None:
-        """Record the nodes among `nodes` (global ids) that are neither owned nor halo, as gather does."""
-        known, _ = self._lookup(self.known_sorted, nodes)
-        self._record_requests(nodes[~known])
-
-    def request_counts(self) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, times asked) of the remote non-halo nodes recorded since the last call; clears the record."""
-        counted = self._compacted()
-        self.counted = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        return counted
-
-    def _lookup(self, ids_sorted: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if len(ids_sorted) == 0:
-            return np.zeros(len(queries), dtype=bool), np.zeros(len(queries), dtype=np.int64)
-        pos = np.minimum(np.searchsorted(ids_sorted, queries), len(ids_sorted) - 1)
-        return ids_sorted[pos] == queries, pos
-
-    def gather(self, nodes: np.ndarray) -> torch.Tensor:
-        """Features of `nodes` (global ids). Collective when fetching (every rank calls it once per step)."""
-        start = time.perf_counter()
-        counters = self.sampler.counters
-        local_hit, pos = self._lookup(self.known_sorted, nodes)
-        # One index_select over all rows (others read row 0 for now and are overwritten below): a
-        # single pass, where a masked gather-then-scatter would copy the local rows twice.
-        if len(self.x_full):
-            out = self.x_full.index_select(0, torch.from_numpy(np.where(local_hit, self.known_order[pos], 0)))
-        else:
-            out = torch.zeros(len(nodes), self.x_full.shape[1])
-        owned = local_hit & (self.sampler.owner_of(nodes) == self.sampler.rank)
-        counters.halo_hits += int(local_hit.sum() - owned.sum())
-        rest = np.flatnonzero(~local_hit)
-        if self.count_requests:
-            self._record_requests(nodes[rest])
-        cache_hit, cache_pos = self._lookup(self.cache_ids, nodes[rest])
-        if cache_hit.any():
-            out[torch.from_numpy(rest[cache_hit])] = self.cache_rows[torch.from_numpy(cache_pos[cache_hit])]
-        counters.cache_hits += int(cache_hit.sum())
-        missing = rest[~cache_hit]
-        counters.cache_misses += len(missing)
-        if not self.sampler.local_only:
-            out[torch.from_numpy(missing)] = self.fetch(nodes[missing])
-        counters.fetch_s += time.perf_counter() - start
-        return out
-
-    def fetch(self, global_ids: np.ndarray) -> torch.Tensor:
-        """Rows of remote nodes from their owners: one request and one reply round (collective)."""
-        sampler = self.sampler
-        owners = sampler.owner_of(global_ids)
-        order = np.argsort(owners, kind="stable")
-        counts = np.bincount(owners, minlength=self.comm.size) if len(owners) else np.zeros(self.comm.size, np.int64)
-        asked, asked_counts = sampler._exchange_ints(global_ids[order], counts)
-        reply = self.x_full[torch.from_numpy(asked - sampler.first)] if len(asked) else \
-            torch.zeros(0, self.x_full.shape[1])
-        received = torch.empty(len(global_ids), self.x_full.shape[1])
-        sampler.counters.feature_bytes += self.comm.alltoallv(reply.contiguous(), asked_counts, received, counts)
-        out = torch.empty_like(received)
-        out[torch.from_numpy(order)] = received
-        return out
-
-    def fill_cache(self, ids: np.ndarray, hits: np.ndarray, budget_bytes: int) -> None:
-        """Cache the features of the remote nodes counted most often (ties: lower id), up to the budget.
-
-        Collective: every rank calls it at the same point (the new rows are fetched in one round).
-        Rows already cached are kept rather than fetched again, so a refill sends only the new ones.
-        """
-        row_bytes = self.x_full.shape[1] * self.x_full.element_size()
-        capacity = budget_bytes // row_bytes if row_bytes else 0
-        chosen = ids[np.lexsort((ids, -hits))][:capacity] if capacity else np.zeros(0, dtype=np.int64)
-        chosen = np.sort(chosen)
-        kept, pos = self._lookup(self.cache_ids, chosen)
-        rows = torch.empty(len(chosen), self.x_full.shape[1], dtype=self.x_full.dtype)
-        if kept.any():
-            rows[torch.from_numpy(np.flatnonzero(kept))] = self.cache_rows[torch.from_numpy(pos[kept])]
-        rows[torch.from_numpy(np.flatnonzero(~kept))] = self.fetch(chosen[~kept])
-        self.cache_ids, self.cache_rows = chosen, rows

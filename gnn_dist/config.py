@@ -1,0 +1,242 @@
+"""Training configuration: the single source of every option's name, default and help.
+
+Each option is a dataclass field made with `option(...)`: its default, its
+help text and how argparse reads it. The command line is generated from these
+fields (`add_options`, `options_from_args`), so `gnn-dist train --help`, the
+Python API (`TrainConfig(...)`) and `validate()` cannot disagree about a
+default. Fields made without `option` (the nested configs) are not flags.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import MISSING, dataclass, field, fields
+
+import torch
+
+from gnn_dist.codec import HALO_DTYPES
+from gnn_dist.models import model_names, one_of
+from gnn_dist.schedules import parse_schedule
+from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS, HALO_MEMORY_MODES
+
+MODES = ("full", "sampled")
+SAMPLING_STRATEGIES = ("remote", "local")
+# Storage of the input features (--feature-dtype); the model upcasts them to fp32 where it uses them.
+FEATURE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DEFAULT_EVAL_CHUNK_NODES = 16384  # rows per chunk: 16 MiB per temporary at width 256, a small share of a layer
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def fanout_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected one integer per layer separated by commas, like 15,10,5; "
+                                         f"got {text!r}") from None
+
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """'8G', '512M', '1.5G' or plain bytes (binary units)."""
+    number, unit = text.strip().upper().rstrip("IB"), ""
+    if number and number[-1] in _SIZE_UNITS:
+        number, unit = number[:-1], number[-1]
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size like 8G, 512M or a number of bytes; got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return int(value)
+
+
+def option(default=MISSING, help: str = "", *, parse=None, choices=None, flag: str | None = None):
+    """A config field that is also a command-line option.
+
+    parse: argparse's `type` (default: the type of the default); choices: a tuple, or a function returning
+    one when the parser is built (the model registry); flag: the option's name when it is not --FIELD-NAME
+    (a True boolean default becomes --no-FIELD-NAME).
+    """
+    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices, "flag": flag})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model: str = option("gcn", "the model (gnn_dist.models registers them)", choices=model_names)
+    hidden: int = option(16, "width of the hidden layers")
+    num_layers: int = option(2, "number of graph convolutions")
+    dropout: float = option(0.5, "dropout before every convolution")
+    batch_norm: bool = option(False, "BatchNorm after hidden convs, statistics over all ranks")
+
+    def validate(self) -> None:
+        if self.model not in model_names():
+            raise ValueError(f"unknown --model {self.model!r}: use {one_of(model_names())}")
+        if self.hidden < 1:
+            raise ValueError(f"--hidden must be at least 1, got {self.hidden}")
+        if self.num_layers < 1:
+            raise ValueError(f"--num-layers must be at least 1, got {self.num_layers}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"--dropout must lie in [0, 1), got {self.dropout}")
+
+    def widths(self, in_dim: int, out_dim: int) -> list[tuple[int, int]]:
+        dims = [in_dim] + [self.hidden] * (self.num_layers - 1) + [out_dim]
+        return list(zip(dims[:-1], dims[1:]))
+
+
+@dataclass(frozen=True)
+class SampledConfig:
+    fanouts: tuple = option((10, 10), "sampled mode: neighbours per layer, outermost last (one per layer)",
+                            parse=fanout_list)
+    batch_size: int = option(1024, "sampled mode: seeds per rank per step")
+    sampling: str = option("remote", "sampled mode: sample across the whole graph, or only inside the part and "
+                                     "its halo", choices=SAMPLING_STRATEGIES)
+    feature_cache_mb: float = option(0.0, "sampled mode: static cache of remote features (MB per rank), filled by "
+                                          "a counting pass")
+    cache_count_steps: int = 8  # steps of the counting pass that first fills the cache (not a flag)
+
+    def validate(self, num_layers: int) -> None:
+        if len(self.fanouts) != num_layers:
+            raise ValueError(f"--fanouts has {len(self.fanouts)} values but the model has {num_layers} layers: "
+                             f"give one fanout per layer (e.g. --fanouts {','.join(['10'] * num_layers)})")
+        if any(f < 1 for f in self.fanouts):
+            raise ValueError(f"--fanouts must be positive integers, got {list(self.fanouts)}")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.sampling not in SAMPLING_STRATEGIES:
+            raise ValueError(f"--sampling must be remote or local, got {self.sampling!r}")
+        if self.feature_cache_mb < 0:
+            raise ValueError(f"--feature-cache-mb must be 0 or more, got {self.feature_cache_mb}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    parts: str = option(help="partition directory from gnn-dist partition")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    mode: str = option("full", "full: full-batch training; sampled: mini-batches of sampled neighbourhoods")
+    schedule: str = option("exact", "halo exchange schedule of hidden layers (docs/schedules.md)")
+    halo_dtype: str = option("fp32", "wire format of halo rows: fp32, fp16, bf16 or int8")
+    epochs: int = option(200, "training epochs")
+    lr: float = option(0.01, "Adam's learning rate")
+    weight_decay: float = option(5e-4, "Adam's weight decay")
+    seed: int = option(0, "seed of the weights, dropout and sampling")
+    threads: int = option(1, "torch threads per rank")
+    eval_every: int = option(1, "evaluate every this many epochs (and after the last)")
+    metrics_out: str | None = option(None, "JSON Lines file (rank 0 writes it)", parse=str)
+    progress: bool = option(True, "show a progress bar (rank 0)")
+    checkpoint_dir: str | None = option(None, "write checkpoints here (and resume from here)", parse=str)
+    checkpoint_every: int = option(10, "epochs between checkpoints")
+    keep_checkpoints: int = option(3, "complete checkpoints to keep")
+    resume: bool = option(False, "continue from the newest complete checkpoint")
+    timeout: float = option(600.0, "abort the job when a rank makes no progress for this many seconds (0: never)")
+    predictions_out: str | None = option(None, ".npy of every node's predicted class, by original id (rank 0 "
+                                               "writes it)", parse=str)
+    # Evaluation runs layer by layer over the owned nodes in chunks of this many rows (gnn_dist.model.
+    # DistGNN.forward_layerwise): memory is one layer's activations plus a chunk, never a whole forward.
+    eval_chunk_nodes: int = option(DEFAULT_EVAL_CHUNK_NODES, "evaluate layer by layer over chunks of this many "
+                                   "owned nodes: memory of one layer's activations plus a chunk, in both modes")
+    halo_memory: str = option("resident", "resident: receive each layer's whole halo at once; sequential: one peer "
+                              "block at a time, the same results and bytes in far less memory (docs/memory.md)",
+                              choices=HALO_MEMORY_MODES)
+    halo_block_rows: int = option(DEFAULT_HALO_BLOCK_ROWS, "sequential: receive at most this many halo rows at "
+                                  "once (0: one peer's whole block)")
+    feature_dtype: str = option("fp32", "storage of the input features, upcast to fp32 per use (fp32 is exact)",
+                                choices=tuple(FEATURE_DTYPES))
+    memory_limit: int | None = option(None, "memory this rank may use, e.g. 8G: refuse to start when the plan "
+                                      "exceeds it (default: the host's available memory, shared by its ranks)",
+                                      parse=byte_size)
+    sampled: SampledConfig = field(default_factory=SampledConfig)  # used with mode="sampled"
+
+    def validate(self) -> None:
+        self.model.validate()
+        if self.mode not in MODES:
+            raise ValueError(f"bad --mode {self.mode!r}: use --mode full or --mode sampled")
+        if self.mode == "sampled":
+            self.sampled.validate(self.model.num_layers)
+            if self.model.batch_norm:
+                raise ValueError("--batch-norm is for --mode full; sampled mini-batches train without it")
+            if self.schedule != "exact" or self.halo_dtype != "fp32":
+                raise ValueError("--schedule and --halo-dtype shape full-batch halo traffic: use them with --mode "
+                                 "full (sampled mode fetches exact fp32 features)")
+        schedule = parse_schedule(self.schedule)
+        if self.halo_memory not in HALO_MEMORY_MODES:
+            raise ValueError(f"bad --halo-memory {self.halo_memory!r}: use resident or sequential")
+        if self.halo_memory == "sequential":
+            if self.mode != "full":
+                raise ValueError("--halo-memory sequential is for --mode full (sampled mode holds no layer halos)")
+            if not schedule.runs_with_sequential_halos:
+                raise ValueError(f"--halo-memory sequential runs with --schedule exact or stale:R: {self.schedule} "
+                                 f"builds whole-halo tensors each epoch; use --halo-memory resident with it")
+        self._validate_numbers()
+
+    def _validate_numbers(self) -> None:
+        if self.halo_block_rows < 0:
+            raise ValueError(f"--halo-block-rows must be 0 (a peer's whole block) or positive, got "
+                             f"{self.halo_block_rows}")
+        if self.feature_dtype not in FEATURE_DTYPES:
+            raise ValueError(f"bad --feature-dtype {self.feature_dtype!r}: valid: {', '.join(FEATURE_DTYPES)}")
+        if self.feature_dtype != "fp32" and self.mode != "full":
+            raise ValueError("--feature-dtype is for --mode full; sampled mode keeps fp32 features")
+        if self.memory_limit is not None and self.memory_limit <= 0:
+            raise ValueError(f"--memory-limit must be positive, got {self.memory_limit}")
+        if self.halo_dtype not in HALO_DTYPES:
+            raise ValueError(f"bad --halo-dtype {self.halo_dtype!r}: valid: {', '.join(HALO_DTYPES)}")
+        if self.epochs < 0:
+            raise ValueError(f"--epochs must be 0 or more, got {self.epochs}")
+        if not self.lr > 0 or not math.isfinite(self.lr):
+            raise ValueError(f"--lr must be a positive number, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"--weight-decay must be 0 or more, got {self.weight_decay}")
+        at_least_one = {"--threads": self.threads, "--eval-every": self.eval_every,
+                        "--eval-chunk-nodes": self.eval_chunk_nodes, "--checkpoint-every": self.checkpoint_every,
+                        "--keep-checkpoints": self.keep_checkpoints}
+        for flag, value in at_least_one.items():
+            if value < 1:
+                raise ValueError(f"{flag} must be at least 1, got {value}")
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("--resume needs --checkpoint-dir DIR (where the checkpoints are)")
+        if self.timeout < 0:
+            raise ValueError(f"--timeout must be 0 (off) or positive seconds, got {self.timeout}")
+
+
+def _flag_fields(config_class, only=None):
+    return [f for f in fields(config_class) if "help" in f.metadata and (only is None or f.name in only)]
+
+
+def add_options(parser: argparse.ArgumentParser, config_class, only=None, help_prefix: str = "") -> None:
+    """One argparse option per option() field of config_class (or of the names in `only`)."""
+    for f in _flag_fields(config_class, only):
+        meta = f.metadata
+        flag = meta["flag"] or "--" + f.name.replace("_", "-")
+        text = help_prefix + meta["help"]
+        if f.default is MISSING:
+            parser.add_argument(flag, dest=f.name, required=True, type=meta["parse"] or str, help=text)
+        elif isinstance(f.default, bool):
+            if f.default:
+                parser.add_argument(meta["flag"] or "--no-" + f.name.replace("_", "-"), dest=f.name,
+                                    action="store_false", help=f"do not: {text}")
+            else:
+                parser.add_argument(flag, dest=f.name, action="store_true", help=text)
+        else:
+            choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
+            parse = meta["parse"] or type(f.default)
+            shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
+            parser.add_argument(flag, dest=f.name, type=parse, default=f.default, choices=choices,
+                                help=text if f.default is None else f"{text} (default: {shown})")
+
+
+def options_from_args(config_class, args: argparse.Namespace, only=None) -> dict:
+    """The option() fields of config_class that `args` holds, as keyword arguments."""
+    return {f.name: getattr(args, f.name) for f in _flag_fields(config_class, only) if hasattr(args, f.name)}
+
+
+def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(**options_from_args(TrainConfig, args), model=ModelConfig(**options_from_args(ModelConfig, args)),
+                       sampled=SampledConfig(**options_from_args(SampledConfig, args)))

@@ -1,0 +1,66 @@
+"""GCN (Kipf and Welling): out = D^-1/2 (A + I) D^-1/2 X W^T + b, as PyG's GCNConv computes it."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from gnn_dist.kernels.spmm import SparseOperator
+from gnn_dist.layers import DistConv, glorot_
+from gnn_dist.models.registry import register_model
+
+
+@register_model
+class DistGCNConv(DistConv):
+    name = "gcn"
+    needs_root = False  # the self loop is in the operator: no separate term of the node's own input
+    self_loops = True
+
+    def __init__(self, in_dim, out_dim, operator, exchanger, slot, blocked=None):
+        super().__init__(in_dim, out_dim, operator, exchanger, slot, blocked)
+        self.weight = nn.Parameter(torch.empty(out_dim, in_dim))
+        self.bias = nn.Parameter(torch.zeros(out_dim))
+        self.reset_parameters()
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        glorot_(self.weight, generator)
+        with torch.no_grad():
+            self.bias.zero_()
+
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        return h if self.aggregate_first else h @ self.weight.t()
+
+    @property
+    def aggregation_bias(self) -> torch.Tensor | None:
+        return None if self.aggregate_first else self.bias
+
+    def finish(self, aggregated: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
+        return torch.addmm(self.bias, aggregated, self.weight.t()) if self.aggregate_first else aggregated
+
+    @staticmethod
+    def normalise(rows: np.ndarray, cols: np.ndarray, deg: np.ndarray, start: int, n_rows: int):
+        # PyG's gcn_norm: self loops added, weight 1 / sqrt((deg_i + 1)(deg_j + 1)).
+        rows = np.concatenate([rows, np.arange(n_rows, dtype=np.int64)])
+        cols = np.concatenate([cols, np.arange(start, start + n_rows, dtype=np.int64)])
+        values = 1.0 / np.sqrt((deg[rows + start] + 1.0) * (deg[cols] + 1.0))
+        return rows, cols, values
+
+    @staticmethod
+    def block_operator(block) -> SparseOperator:
+        # On a sampled block: the mean over the sampled neighbours and the node itself (a self loop per target).
+        counts = torch.bincount(block.dst, minlength=block.n_dst).to(torch.float32)
+        loops = torch.arange(block.n_dst, dtype=torch.int64)
+        rows = torch.cat([block.dst, loops])
+        cols = torch.cat([block.src, loops])
+        values = 1.0 / (counts[rows] + 1.0)
+        return SparseOperator.from_coo(rows, cols, values, (block.n_dst, block.n_src))
+
+    @staticmethod
+    def pyg_conv(in_dim: int, out_dim: int) -> nn.Module:
+        from torch_geometric.nn import GCNConv
+
+        return GCNConv(in_dim, out_dim)
+
+    @staticmethod
+    def pyg_parameter_names() -> dict[str, str]:
+        return {"weight": "lin.weight", "bias": "bias"}

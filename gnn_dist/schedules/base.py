@@ -1,0 +1,102 @@
+"""The `Schedule` protocol and the schedule registry behind `--schedule SPEC`.
+
+A schedule decides, per layer (slot) and training epoch, what the forward and
+backward of a hidden layer's halo exchange send. The halo exchanger
+(gnn_dist.halo.HaloExchanger, `ex` below) calls it; a schedule talks to the
+wire only through `ex` (exact_forward / exact_backward, send_rows, send_flags,
+new_full, buffer) and counts rows it does not send in `ex.counters.halo_rows_skipped`.
+
+    forward(ex, slot, x_owned) -> (full, info)
+        full: [n_owned + n_halo, width], the owned rows then the halo rows this
+        epoch aggregates; info: anything backward needs (passed back unchanged).
+    backward(ex, slot, grad_full, info) -> grad_owned
+        grad_full: the gradient of `full`; returns [n_owned, width], the owned
+        rows' gradient with what the halo's owners sent back added in.
+    finish(ex)                       complete anything still in flight (end of training, checkpoints).
+    state_dict() / load_state_dict(d)  the caches a checkpoint keeps to resume exactly (tensors by name).
+    predicted_bytes(exact_bytes, exchanged_layers, num_parts)
+                                     training halo bytes per epoch given the exact schedule's (inspect).
+    cached_rows(n_halo, n_sent)      rows per exchanged width kept between epochs (the memory plan).
+    runs_with_sequential_halos       whether --halo-memory sequential implements it.
+
+A schedule file registers its class with `@register_schedule`; the class
+names its `kind` (the SPEC before the first colon), its `form` (for error
+messages) and a `parse(arg, seed)` classmethod that returns the schedule for
+`kind:arg` (arg None when SPEC has no colon), or None when arg is not valid.
+Evaluation always uses the exact exchange.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+_SCHEDULES: dict[str, type] = {}
+
+
+class Schedule:
+    kind: ClassVar[str] = ""
+    form: ClassVar[str] = ""
+    runs_with_sequential_halos: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    @classmethod
+    def parse(cls, arg: str | None, seed: int) -> Schedule | None:
+        raise NotImplementedError
+
+    def forward(self, ex, slot: str, x_owned: torch.Tensor):
+        raise NotImplementedError
+
+    def backward(self, ex, slot: str, grad_full: torch.Tensor, info):
+        raise NotImplementedError
+
+    def finish(self, ex) -> None:
+        """Complete anything still in flight."""
+
+    def state_dict(self) -> dict:
+        """Caches a checkpoint must keep to resume this schedule exactly."""
+        return {}
+
+    def load_state_dict(self, tensors: dict) -> None:
+        if tensors:
+            raise ValueError(f"schedule {self.name} has no state to restore")
+
+    def predicted_bytes(self, exact_bytes: float, exchanged_layers: int, num_parts: int) -> float:
+        """Training halo bytes per epoch, from what the exact schedule sends (exact_bytes)."""
+        return exact_bytes
+
+    def cached_rows(self, n_halo: int, n_sent: int) -> int:
+        """Rows of every exchanged width this schedule keeps between epochs."""
+        return 0
+
+
+def register_schedule(schedule_class: type) -> type:
+    """Class decorator: make schedule_class available as --schedule schedule_class.kind[:ARG]."""
+    kind = schedule_class.kind
+    if not kind or ":" in kind:
+        raise ValueError(f"{schedule_class.__name__} needs a class attribute `kind` without a colon")
+    if kind in _SCHEDULES and _SCHEDULES[kind] is not schedule_class:
+        raise ValueError(f"--schedule {kind} is registered twice")
+    _SCHEDULES[kind] = schedule_class
+    return schedule_class
+
+
+def schedule_forms() -> str:
+    return ", ".join(cls.form for cls in _SCHEDULES.values())
+
+
+def parse_schedule(spec: str, seed: int = 0) -> Schedule:
+    """The schedule named by a --schedule SPEC; a bad SPEC raises ValueError listing the valid forms."""
+    kind, colon, arg = spec.partition(":")
+    schedule = None
+    if kind in _SCHEDULES:
+        try:
+            schedule = _SCHEDULES[kind].parse(arg if colon else None, seed)
+        except ValueError:
+            schedule = None
+    if schedule is None:
+        raise ValueError(f"bad --schedule {spec!r}: valid forms: {schedule_forms()}")
+    return schedule

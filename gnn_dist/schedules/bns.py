@@ -1,0 +1,81 @@
+"""bns:P: BNS-GCN boundary-node sampling (see gnn_dist.schedules)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gnn_dist.dropout import _wrap_int32, mix32, stream_key
+from gnn_dist.schedules.base import Schedule, register_schedule
+from gnn_dist.schedules.exact import ExactSchedule
+
+
+def _bernoulli_keep(node_ids: torch.Tensor, receivers: torch.Tensor, key: int, p: float) -> torch.Tensor:
+    """True with probability p, a function of (node, receiver, key) only: owner and receiver agree."""
+    words = mix32(mix32(_wrap_int32(node_ids * 0x9E3779B1) ^ _wrap_int32(receivers * 0x85EBCA77 + key)))
+    # uniform 32-bit words read as signed fall below this threshold with probability p
+    return words < int(p * (1 << 32)) - (1 << 31) if p < 1 else torch.ones(node_ids.shape, dtype=torch.bool)
+
+
+@dataclass
+@register_schedule
+class BoundarySamplingSchedule(Schedule):
+    keep_fraction: float
+    seed: int = 0
+    _epoch_masks: tuple | None = None
+    kind = "bns"
+    form = "bns:P (0 < P <= 1)"
+
+    @classmethod
+    def parse(cls, arg, seed):
+        fraction = float(arg or "")
+        if not 0.0 < fraction <= 1.0:
+            return None
+        return ExactSchedule() if fraction == 1.0 else cls(fraction, seed)
+
+    def predicted_bytes(self, exact_bytes, exchanged_layers, num_parts):
+        return exact_bytes * self.keep_fraction  # the expectation
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"bns:{self.keep_fraction:g}"
+
+    def _masks(self, ex):
+        """(send rows kept, counts per peer, halo rows kept, counts per owner) for this epoch."""
+        if self._epoch_masks is None or self._epoch_masks[0] != ex.epoch:
+            plan = ex.plan
+            key = stream_key(self.seed, ex.epoch, 0x0B5)
+            send_keep = _bernoulli_keep(plan.send_node_ids, plan.send_peer, key, self.keep_fraction)
+            me = torch.full((plan.n_halo,), plan.rank, dtype=torch.int64)
+            halo_keep = _bernoulli_keep(plan.halo_ids, me, key, self.keep_fraction)
+            send_counts = np.bincount(plan.send_peer[send_keep].numpy(), minlength=plan.num_parts)
+            recv_counts = np.bincount(plan.halo_owner[halo_keep].numpy(), minlength=plan.num_parts)
+            self._epoch_masks = (ex.epoch, torch.nonzero(send_keep).squeeze(1), send_counts,
+                                 torch.nonzero(halo_keep).squeeze(1), recv_counts)
+        return self._epoch_masks[1:]
+
+    def forward(self, ex, slot, x_owned):
+        plan = ex.plan
+        send_rows, send_counts, halo_rows, recv_counts = self._masks(ex)
+        width = x_owned.shape[1]
+        send = x_owned.index_select(0, plan.send_idx[send_rows])
+        received = torch.empty(halo_rows.shape[0], width)
+        ex.send_rows(send, send_counts, received, recv_counts)
+        full = ex.new_full(x_owned)
+        full[plan.n_owned:] = 0
+        full[plan.n_owned + halo_rows] = received
+        ex.counters.halo_rows_skipped += plan.rows_sent_to_peers \
+            - (int(send_counts.sum()) - int(send_counts[plan.rank]))
+        return full, (send_rows, send_counts, halo_rows, recv_counts)
+
+    def backward(self, ex, slot, grad_full, info):
+        plan = ex.plan
+        send_rows, send_counts, halo_rows, recv_counts = info
+        grads_back = grad_full[plan.n_owned + halo_rows]
+        returned = torch.empty(send_rows.shape[0], grad_full.shape[1])
+        ex.send_rows(grads_back, recv_counts, returned, send_counts)
+        ex.counters.halo_rows_skipped += plan.n_halo - halo_rows.shape[0]
+        grad_owned = grad_full[:plan.n_owned].clone()
+        grad_owned.index_add_(0, plan.send_idx[send_rows], returned)
+        return grad_owned

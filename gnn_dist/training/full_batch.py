@@ -1,0 +1,56 @@
+"""Full-batch training (`--mode full`): one optimiser step per epoch over every owned training node.
+
+P-invariance (the `exact` schedule reproduces one process on the whole graph):
+the loss is the sum over owned training nodes divided by the global number of
+training nodes, and gradients are summed across ranks (one Allreduce of one
+flat buffer per step, which also carries the loss); dropout masks are keyed
+by (seed, epoch, layer, original node id).
+"""
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+
+from gnn_dist.training.state import TrainingDiverged
+from gnn_dist.training.step import flat_buffer, sync_gradients
+
+
+class FullBatchStep:
+    def __init__(self, state):
+        self.state = state
+        self.params = list(state.model.parameters())
+        self.flat = flat_buffer(self.params, extras=1)  # gradients, then the loss
+
+    def compute_gradients(self, epoch: int) -> float:
+        """Forward and backward on this rank, then gradients (and the loss) summed over ranks.
+
+        Afterwards every rank holds the gradient of the global mean training loss; returns that loss.
+        """
+        state = self.state
+        model, graph = state.model, state.graph
+        model.train()
+        model.epoch = epoch
+        state.optimizer.zero_grad(set_to_none=False)
+        logits = model(state.x_full)
+        mask = graph.train_mask
+        loss = F.cross_entropy(logits[mask], graph.y[mask], reduction="sum") / state.num_train
+        loss.backward()
+        (global_loss,) = sync_gradients(state.exchanger, self.params, self.flat, [loss.detach()])
+        return global_loss
+
+    def train_epoch(self, epoch: int) -> dict:
+        loss = self.compute_gradients(epoch)
+        check_finite(loss, epoch)
+        self.state.optimizer.step()
+        return {"loss": loss}
+
+    def epoch_metrics(self, figures: dict, epoch_s: float) -> dict:
+        return {}
+
+
+def check_finite(loss: float, epoch: int) -> None:
+    """Every rank holds the same reduced loss, so every rank raises alike."""
+    if not math.isfinite(loss):
+        raise TrainingDiverged(f"loss became {loss} at epoch {epoch}: lower --lr, or check the input "
+                               f"features for NaN/inf")

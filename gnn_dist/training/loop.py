@@ -1,0 +1,138 @@
+"""The epoch loop and `train()`: training step, evaluation, metrics, checkpoints and the final record.
+
+The loop is the same for every mode: the mode's step (gnn_dist.training.step)
+trains one epoch, then the loop evaluates, reduces the epoch's figures over
+ranks, writes the metrics record and, on schedule, a checkpoint.
+"""
+from __future__ import annotations
+
+import time
+
+from gnn_dist.checkpoint import save_checkpoint
+from gnn_dist.config import TrainConfig
+from gnn_dist.context import RankContext
+from gnn_dist.memory import PhasePeaks, peak_rss_bytes, release_free_heap, return_large_blocks_on_free
+from gnn_dist.metrics import summarise
+from gnn_dist.training.evaluation import evaluate, write_predictions
+from gnn_dist.training.faults import maybe_inject_failure
+from gnn_dist.training.setup import setup
+from gnn_dist.training.state import RankState, max_over_ranks, sum_over_ranks
+
+
+def run_epochs(state: RankState) -> list[dict]:
+    ctx, config, counters = state.ctx, state.config, state.exchanger.counters
+    bar = None
+    if config.progress and ctx.is_root:
+        from tqdm import tqdm
+
+        bar = tqdm(total=config.epochs, desc=f"train P={ctx.size}", unit="epoch", dynamic_ncols=True)
+    records: list[dict] = list(state.records)
+    if bar is not None:
+        bar.update(state.start_epoch)
+    last_acc = {k: records[-1][k] for k in ("train_acc", "val_acc", "test_acc")} if records else \
+        {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0}
+    beat = state.watchdog.beat
+    for epoch in range(state.start_epoch, config.epochs):
+        maybe_inject_failure(ctx.rank, epoch)
+        enter_phase(state, "train")
+        counters.reset()
+        beat(f"epoch {epoch}: training step")
+        start = time.perf_counter()
+        figures = state.step.train_epoch(epoch)
+        loss = figures["loss"]
+        state.epochs_run += 1
+        epoch_s = time.perf_counter() - start
+        train_traffic = (counters.halo_bytes, counters.halo_rows, counters.allreduce_bytes, counters.comm_s,
+                         counters.halo_rows_skipped)
+        counters.reset()
+        eval_start = time.perf_counter()
+        beat(f"epoch {epoch}: evaluation")
+        if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
+            enter_phase(state, "eval")
+            last_acc = evaluate(state)
+            enter_phase(state, "train")
+        eval_s = time.perf_counter() - eval_start
+        halo_bytes, halo_rows, allreduce_bytes, rows_skipped, eval_halo_bytes = sum_over_ranks(
+            ctx, [train_traffic[0], train_traffic[1], train_traffic[2], train_traffic[4], counters.halo_bytes])
+        slowest = max_over_ranks(ctx, [epoch_s, train_traffic[3], eval_s])
+        record = {
+            "epoch": epoch, "loss": loss, **last_acc,
+            "epoch_s": slowest[0], "comm_s": slowest[1], "eval_s": slowest[2],
+            "halo_bytes": int(halo_bytes), "halo_rows": int(halo_rows), "halo_rows_skipped": int(rows_skipped),
+            "eval_halo_bytes": int(eval_halo_bytes),
+            "allreduce_bytes": int(allreduce_bytes),
+            **state.step.epoch_metrics(figures, epoch_s),
+        }
+        records.append(record)
+        state.metrics.write(record)
+        if config.checkpoint_dir and (epoch + 1) % config.checkpoint_every == 0:
+            beat(f"epoch {epoch}: checkpoint")
+            save_checkpoint(state, config.checkpoint_dir, epoch + 1, records, config.keep_checkpoints)
+        if bar is not None:
+            bar.set_postfix(loss=f"{loss:.4f}", val=f"{last_acc['val_acc']:.3f}",
+                            MB=f"{halo_bytes / 1e6:.1f}", refresh=False)
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return records
+
+
+def enter_phase(state: RankState, phase: str) -> None:
+    release_free_heap()  # what one phase freed must not stay resident under the next phase's peak
+    if state.memory is not None:
+        state.memory.enter(phase)
+
+
+def memory_report(ctx: RankContext, memory: PhasePeaks) -> dict:
+    """Peak RSS of every rank, and of each phase on the rank where that phase peaked (bytes).
+
+    A rank's figure is its process's own peak (never reset, so it bounds every phase and matches what
+    /usr/bin/time reports), which also covers whatever ran before train() was called.
+    """
+    phases = memory.stop()
+    # The kernel folds per-thread RSS counters into the high-water mark lazily (every 64 page faults), so
+    # an RSS sample can exceed the mark read just after it by a few pages; the peak is the larger.
+    own_peak = max([peak_rss_bytes(), *phases.values()])
+    per_rank = [int(v) for v in ctx.comm.allgather_object(own_peak)]
+    names = ("setup", "train", "eval")
+    worst = max_over_ranks(ctx, [float(phases.get(name, 0)) for name in names])
+    report = {"peak_rss_bytes": max(per_rank), "peak_rss_bytes_per_rank": per_rank}
+    for name, value in zip(names, worst):
+        report[f"{name}_peak_rss_bytes"] = int(value) if value else None
+    return report
+
+
+def train(ctx: RankContext, config: TrainConfig) -> dict:
+    """Train on this rank's part; returns the final record (the same on every rank)."""
+    return_large_blocks_on_free()
+    memory = PhasePeaks("setup")
+    try:
+        state = setup(ctx, config)
+    except BaseException:
+        memory.stop()
+        raise
+    state.memory = memory
+    complete = False
+    try:
+        records = run_epochs(state)
+        state.exchanger.finish()
+        if config.predictions_out:
+            enter_phase(state, "eval")
+            write_predictions(state, config.predictions_out)
+        final = summarise(records, {
+            "dataset": state.dataset, "num_parts": ctx.size, "mode": config.mode, "schedule": config.schedule,
+            "halo_dtype": config.halo_dtype, "model": config.model.model, "hidden": config.model.hidden,
+            "num_layers": config.model.num_layers, "seed": config.seed, "threads": config.threads,
+            "eval_chunk_nodes": config.eval_chunk_nodes, "halo_memory": config.halo_memory,
+            "halo_block_rows": config.halo_block_rows, "feature_dtype": config.feature_dtype,
+            "setup_halo_bytes": int(state.setup_halo_bytes),
+            "resumed_from_epoch": state.start_epoch, "epochs_run": state.epochs_run,
+            **memory_report(ctx, memory),
+        })
+        state.metrics.write(final)
+        complete = True
+        return final
+    finally:
+        memory.stop()
+        state.watchdog.stop()
+        state.metrics.close(complete)

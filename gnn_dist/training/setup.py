@@ -1,0 +1,161 @@
+"""A rank's set-up: load its part, agree on errors, plan memory, fetch halo features, build the model and the
+training step of the mode, and restore a checkpoint.
+
+Initial weights come from the same seed and are broadcast from rank 0, so
+every P starts from the same model. Set-up problems (missing or corrupt part
+file, wrong rank count, unwritable directories) are agreed on by all ranks
+before the first collective, so rank 0 can report them once and every rank
+exits cleanly. Anything raised later is fatal to the job (gnn_dist.cli).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gnn_dist.checkpoint import load_checkpoint
+from gnn_dist.codec import make_codec
+from gnn_dist.comm import first_failure
+from gnn_dist.config import FEATURE_DTYPES, TrainConfig
+from gnn_dist.context import RankContext, SetupError
+from gnn_dist.flat import pack_into, unpack_from
+from gnn_dist.halo import HaloExchanger, HaloPlan
+from gnn_dist.kernels.native import native_module
+from gnn_dist.log import rank_logger
+from gnn_dist.memory import current_rss_bytes
+from gnn_dist.metrics import MetricsWriter
+from gnn_dist.model import DistGNN, LocalGraph
+from gnn_dist.partition.format import load_meta, load_part
+from gnn_dist.plan import RankMemory, available_memory_bytes, memory_refusal, part_shape, plan_config_of, plan_part
+from gnn_dist.schedules import parse_schedule
+from gnn_dist.training.full_batch import FullBatchStep
+from gnn_dist.training.mini_batch import MiniBatchStep
+from gnn_dist.training.state import RankState, sum_over_ranks
+from gnn_dist.watchdog import NoWatchdog, Watchdog
+
+
+def agree_on_setup(ctx: RankContext, build) -> object:
+    """Run the rank-local set-up; if any rank fails, every rank raises the same SetupError.
+
+    This is the only point before which ranks may fail independently without
+    a hang: nothing before it communicates.
+    """
+    try:
+        result, error = build(), None
+    except Exception as err:  # noqa: BLE001 - reported to all ranks below
+        result, error = None, f"{err}" if isinstance(err, (ValueError, SetupError, OSError)) else f"{type(err).__name__}: {err}"
+    failure = first_failure(ctx.comm, error)
+    if failure:
+        rank, msg, everyone_alike = failure
+        raise SetupError(msg if everyone_alike else f"rank {rank}: {msg}")
+    return result
+
+
+def setup(ctx: RankContext, config: TrainConfig) -> RankState:
+    torch.set_num_threads(config.threads)
+
+    def build_local():
+        config.validate()
+        meta = load_meta(config.parts)
+        ctx.check_num_parts(meta.num_parts, config.parts)
+        part = load_part(config.parts, ctx.rank, meta)
+        if config.checkpoint_dir:
+            check_writable(config.checkpoint_dir, "--checkpoint-dir")
+        native_module()  # build (or load) the kernel now, not inside the first epoch the watchdog times
+        metrics = MetricsWriter(config.metrics_out if ctx.is_root else None)
+        return meta, part, metrics
+
+    meta, part, metrics = agree_on_setup(ctx, build_local)  # type: ignore[misc]
+    if config.mode == "full":
+        refuse_if_memory_short(ctx, config, part)
+    # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
+    watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort) \
+        if config.timeout > 0 and ctx.comm.aborts_job else NoWatchdog()
+    watchdog.beat("set-up: fetching halo input features")
+    plan = HaloPlan.from_part(part)
+    exchanger = HaloExchanger(ctx.comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
+                              schedule=parse_schedule(config.schedule, config.seed), beat=watchdog.beat)
+    # Sampled training aggregates over its batches' blocks and evaluates chunk by chunk from the part's CSR,
+    # so only full-batch training builds the whole part's operator and its transpose; sequential halos
+    # build it split into column blocks instead.
+    blocked_by = None
+    if config.halo_memory == "sequential":
+        blocked_by = (np.array(ctx.comm.allgather_object(plan.send_counts.tolist()), dtype=np.int64),
+                      config.halo_block_rows)
+    graph = LocalGraph.from_part(part, config.model.model, whole_operator=config.mode == "full",
+                                 blocked_by=blocked_by)
+    x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)])
+    if config.feature_dtype != "fp32":
+        x_full = x_full.to(FEATURE_DTYPES[config.feature_dtype])
+    graph = dataclasses.replace(graph, x=x_full[:graph.n_owned])  # one copy of the features, not two
+    if config.mode == "sampled":
+        # Sampled mode keeps the part (its CSR) for sampling and evaluation: point its features at the same
+        # rows too, or the part file's copy would stay resident beside x_full.
+        part.arrays["x"] = graph.x.numpy()
+    setup_halo_bytes = sum_over_ranks(ctx, [exchanger.counters.halo_bytes])[0]
+    exchanger.counters.reset()
+
+    model = DistGNN(config.model, meta.num_features, meta.num_classes, graph, exchanger, config.seed)
+    broadcast_parameters(ctx, list(model.parameters()))
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, metrics,
+                      meta.dataset, setup_halo_bytes, meta.partition_id, watchdog)
+    if config.mode == "sampled":
+        watchdog.beat("set-up: sampler and feature cache")
+        state.step = MiniBatchStep(state, part, config.sampled)
+    else:
+        state.step = FullBatchStep(state)
+    if config.resume:
+        watchdog.beat("set-up: loading the checkpoint")
+        resume(state, metrics)
+    return state
+
+
+def broadcast_parameters(ctx: RankContext, params: list[torch.Tensor]) -> None:
+    """Same seed gives the same weights; the broadcast from rank 0 makes it true even across torch builds."""
+    flat = torch.zeros(sum(p.numel() for p in params))
+    pack_into(params, flat, grads=False)
+    ctx.comm.bcast_(flat)
+    unpack_from(params, flat, grads=False)
+
+
+def resume(state: RankState, metrics: MetricsWriter) -> None:
+    ctx, directory = state.ctx, state.config.checkpoint_dir
+    log = rank_logger(ctx.rank)
+    restored = agree_on_setup(ctx, lambda: load_checkpoint(state, directory))
+    if restored is None:
+        if ctx.is_root:
+            log.warning(f"no complete checkpoint in {directory}: starting at epoch 0")
+        return
+    state.start_epoch, state.records = restored
+    if ctx.is_root:
+        log.warning(f"resuming at epoch {state.start_epoch} from the checkpoint in {directory}")
+    for record in state.records:
+        metrics.write(record)
+
+
+def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part) -> None:
+    """Plan this rank's peak (gnn_dist.plan) and refuse on every rank, before the big allocations, if any
+    host's ranks would not fit (or a rank would pass --memory-limit)."""
+    plan = plan_part(part_shape(part), plan_config_of(config), part.meta.num_features, part.meta.num_classes)
+    mine = RankMemory(socket.gethostname(), plan.peak, plan.summary(3), current_rss_bytes(),
+                      available_memory_bytes())
+    reason = memory_refusal(ctx.comm.allgather_object(mine), config.memory_limit)
+    if reason is not None:
+        raise SetupError(reason)
+
+
+def check_writable(directory: str, option: str) -> None:
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise SetupError(f"{option} {directory} is not writable ({err.strerror or err}): choose a directory you "
+                         f"can write to") from err

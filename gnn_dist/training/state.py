@@ -1,0 +1,54 @@
+"""What one rank holds while it trains (`RankState`), passed explicitly to every part of the trainer."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from gnn_dist.config import TrainConfig
+from gnn_dist.context import RankContext, SetupError
+from gnn_dist.halo import HaloExchanger
+from gnn_dist.memory import PhasePeaks
+from gnn_dist.metrics import MetricsWriter
+from gnn_dist.model import DistGNN, LocalGraph
+
+
+class TrainingDiverged(SetupError):
+    """The (globally reduced) loss is NaN or infinite; every rank sees the same value."""
+
+
+@dataclass
+class RankState:
+    ctx: RankContext
+    config: TrainConfig
+    graph: LocalGraph
+    exchanger: HaloExchanger
+    x_full: torch.Tensor  # [owned | halo] input features: the halo fetched once at start-up
+    model: DistGNN
+    optimizer: torch.optim.Optimizer
+    num_train: int
+    metrics: MetricsWriter
+    dataset: str
+    setup_halo_bytes: int
+    partition_id: str
+    watchdog: object
+    step: object = None  # the training step of the mode (gnn_dist.training.step.Step)
+    start_epoch: int = 0
+    epochs_run: int = 0  # training epochs this process executed (a resumed run skips the restored ones)
+    records: list = dataclasses.field(default_factory=list)
+    memory: PhasePeaks | None = None  # peak RSS per phase (set by train(); absent when a test drives the steps)
+
+
+def sum_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:
+    buf = torch.tensor(values, dtype=torch.float64)
+    if ctx.size > 1:
+        ctx.comm.allreduce_(buf)
+    return buf.tolist()
+
+
+def max_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:
+    buf = torch.tensor(values, dtype=torch.float64)
+    if ctx.size > 1:
+        ctx.comm.allreduce_(buf, op="max")
+    return buf.tolist()
