@@ -1,16 +1,28 @@
-"""Checkpoints: every rank writes its shard, rank 0 then writes the manifest that names the set.
+"""Checkpoints: the replicated state once, each rank's own state beside it, and a manifest that names the set.
 
-    DIR/epoch-000010/rank-00000.pt ...   one shard per rank (torch.save of tensors and plain values)
-    DIR/epoch-000010/MANIFEST.json       written last, after every shard is on disk
+    DIR/epoch-000010/replicated.pt      model, optimizer, next epoch, metrics so far (rank 0 writes it)
+    DIR/epoch-000010/rank-00000.pt ...  what only that rank holds: the schedule's caches, the halo codec's
+                                        random state (a few hundred bytes when there are none)
+    DIR/epoch-000010/MANIFEST.json      written last: the run's identity and the sha256 of every file
+
+The model and optimizer are the same on every rank (gradients are summed
+before every step), so they are written once, and the checkpoint's size does
+not grow with P. Dropout masks, sampled batches and the exact schedule are
+keyed by (seed, epoch, node), not by rank, so the replicated state is all a
+run needs to continue on another number of ranks: a checkpoint resumes on any
+partition of the same graph (same nodes, edges and a fingerprint of ids,
+labels and degrees), at any P. Only on the partition that wrote it is each
+rank's own state restored; elsewhere it is rebuilt (stale halos refresh at the
+resumed epoch, pipeline and adaptive start from an exact exchange, int8's
+random stream restarts, the sampled feature cache refills), and the job says
+so in one line.
 
 Every file goes to a temporary name and is renamed when complete, so a crash
 mid-write never leaves a checkpoint that looks complete: a checkpoint exists
-only once its manifest does. Shards are read with torch.load(weights_only=True)
-and checked against the sha256 recorded in the manifest.
-
-A shard holds the model and optimizer state, the schedule's caches, the halo
-codec's random state, the next epoch and (rank 0) the metrics so far; dropout
-needs no state (its masks are keyed by epoch).
+only once its manifest does. Files are read with torch.load(weights_only=True)
+(no unpickling of arbitrary objects) and checked against the manifest's sha256.
+Format 1 (every rank wrote everything; before issue 17) is still read, at the
+same P and partition only.
 """
 from __future__ import annotations
 
@@ -22,14 +34,17 @@ import shutil
 import uuid
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from gnn_dist.comm import first_failure
 from gnn_dist.context import SetupError
+from gnn_dist.log import rank_logger
 from gnn_dist.partition.format import sha256_of
 
 MANIFEST = "MANIFEST.json"
-CHECKPOINT_FORMAT = 1
+REPLICATED = "replicated.pt"
+CHECKPOINT_FORMAT = 2
 
 
 class CheckpointError(SetupError):
@@ -40,28 +55,41 @@ def epoch_dir(directory: Path, epoch: int) -> Path:
     return directory / f"epoch-{epoch:06d}"
 
 
+def rank_file(rank: int) -> str:
+    return f"rank-{rank:05d}.pt"
+
+
 def describe_run(state) -> dict:
-    """What must match between the run that wrote a checkpoint and the run that resumes it."""
+    """What a resumed run is checked against: the options that must match, and where the checkpoint came from."""
     config = state.config
     return {
         "num_parts": state.ctx.size,
         "partition_id": state.partition_id,
+        "graph": state.graph_identity,
         "model": dataclasses.asdict(config.model),
         "schedule": config.schedule,
         "halo_dtype": config.halo_dtype,
     }
 
 
-def shard_payload(state, next_epoch: int, records: list[dict]) -> dict:
-    return {
-        "format": CHECKPOINT_FORMAT,
-        "next_epoch": next_epoch,
-        "model": state.model.state_dict(),
-        "optimizer": state.optimizer.state_dict(),
-        "schedule": state.exchanger.schedule.state_dict(),
-        "codec": state.exchanger.codec.state_dict(),
-        "records": records if state.ctx.is_root else [],
-    }
+def _write_atomically(payload: dict, final: Path) -> str:
+    """torch.save to a temporary name, fsync, rename; returns the file's sha256.
+
+    Serialised in memory and written with plain file I/O, so a full disk surfaces as OSError(ENOSPC), not as
+    torch's opaque zip-writer error.
+    """
+    tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        with open(tmp, "wb") as handle:
+            handle.write(buffer.getbuffer())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return sha256_of(final)
 
 
 def save_checkpoint(state, directory: str | os.PathLike, next_epoch: int, records: list[dict], keep: int) -> Path:
@@ -69,34 +97,31 @@ def save_checkpoint(state, directory: str | os.PathLike, next_epoch: int, record
     ctx = state.ctx
     directory = Path(directory)
     target = epoch_dir(directory, next_epoch)
-    error, digest = None, None
-    tmp = target / f".rank-{ctx.rank:05d}.pt.tmp-{uuid.uuid4().hex[:8]}"
-    final = target / f"rank-{ctx.rank:05d}.pt"
+    error, digest, replicated_digest = None, None, None
+    mine = target / rank_file(ctx.rank)
     try:
         target.mkdir(parents=True, exist_ok=True)
-        # Serialise in memory, then write with plain file I/O: a full disk then
-        # surfaces as OSError(ENOSPC), not as torch's opaque zip-writer error.
-        buffer = io.BytesIO()
-        torch.save(shard_payload(state, next_epoch, records), buffer)
-        with open(tmp, "wb") as handle:
-            handle.write(buffer.getbuffer())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
-        digest = sha256_of(final)
+        digest = _write_atomically({"schedule": state.exchanger.schedule.state_dict(),
+                                    "codec": state.exchanger.codec.state_dict()}, mine)
+        if ctx.is_root:
+            replicated_digest = _write_atomically({
+                "next_epoch": next_epoch, "model": state.model.state_dict(),
+                "optimizer": state.optimizer.state_dict(), "records": records}, target / REPLICATED)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         error = f"{err.strerror or err} ({type(err).__name__})"
     failure = first_failure(ctx.comm, error)
     if failure:
-        final.unlink(missing_ok=True)
+        mine.unlink(missing_ok=True)
+        if ctx.is_root:
+            (target / REPLICATED).unlink(missing_ok=True)
         rank, msg, _ = failure
         raise CheckpointError(f"checkpoint to {target} failed on rank {rank}: {msg}: free disk space or "
                               f"choose another --checkpoint-dir; the last complete checkpoint is unchanged")
     digests = ctx.comm.allgather_object(digest)
     if ctx.is_root:
         manifest = {"format": CHECKPOINT_FORMAT, "next_epoch": next_epoch, **describe_run(state),
-                    "shards": [{"file": f"rank-{r:05d}.pt", "sha256": d} for r, d in enumerate(digests)]}
+                    "replicated": {"file": REPLICATED, "sha256": replicated_digest},
+                    "shards": [{"file": rank_file(r), "sha256": d} for r, d in enumerate(digests)]}
         tmp_manifest = target / f".{MANIFEST}.tmp"
         tmp_manifest.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp_manifest, target / MANIFEST)
@@ -111,6 +136,25 @@ def complete_checkpoints(directory: str | os.PathLike) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.glob("epoch-*") if (p / MANIFEST).is_file())
+
+
+def newest_checkpoint_epoch(directory: str | os.PathLike) -> int | None:
+    """The epoch the newest complete checkpoint resumes at (None when there is none)."""
+    found = complete_checkpoints(directory)
+    if not found:
+        return None
+    try:
+        return int(json.loads((found[-1] / MANIFEST).read_text())["next_epoch"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _read_verified(path: Path, entry: dict) -> dict:
+    file = path / entry["file"]
+    if not file.is_file() or sha256_of(file) != entry["sha256"]:
+        raise CheckpointError(f"{file} is missing or corrupt (sha256 differs from {MANIFEST}): delete {path} "
+                              f"to resume from the checkpoint before it")
+    return torch.load(file, weights_only=True)
 
 
 def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict]] | None:
@@ -129,32 +173,71 @@ def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict
         raise CheckpointError(f"{path / MANIFEST}: unreadable ({err}): delete {path} to resume from the one "
                               f"before") from err
     expected = describe_run(state)
-    if manifest.get("format") != CHECKPOINT_FORMAT:
+    if manifest.get("format") not in (1, CHECKPOINT_FORMAT):
         raise CheckpointError(f"{path}: checkpoint format {manifest.get('format')!r} is not {CHECKPOINT_FORMAT}: "
                               f"use another --checkpoint-dir")
-    if manifest.get("num_parts") != expected["num_parts"]:
-        raise CheckpointError(f"{path} was written by {manifest.get('num_parts')} ranks but {expected['num_parts']} "
-                              f"were started: resume with mpiexec -n {manifest.get('num_parts')} and the same --parts")
-    if manifest.get("partition_id") != expected["partition_id"]:
-        raise CheckpointError(f"{path} belongs to another partition than --parts {state.config.parts}: resume with "
-                              f"the partition directory it was trained on, or use another --checkpoint-dir")
+    same_partition = manifest.get("num_parts") == expected["num_parts"] and \
+        manifest.get("partition_id") == expected["partition_id"]
+    if manifest["format"] == 1 and not same_partition:
+        raise CheckpointError(f"{path} was written by an older gnn-dist, which resumes only on the partition and "
+                              f"rank count that wrote it ({manifest.get('num_parts')} ranks): resume with those")
+    if manifest["format"] != 1 and not _same_graph(manifest.get("graph"), expected["graph"]):
+        raise CheckpointError(f"{path} was trained on {_graph_text(manifest.get('graph'))} but --parts "
+                              f"{state.config.parts} holds {_graph_text(expected['graph'])}: resume on a partition of "
+                              f"the same graph, or use another --checkpoint-dir")
     for key in ("model", "schedule", "halo_dtype"):
         if manifest.get(key) != expected[key]:
             raise CheckpointError(f"{path} was trained with {key} {manifest.get(key)} but this run asks for "
                                   f"{expected[key]}: pass the same options or use another --checkpoint-dir")
-    shard_info = manifest["shards"][state.ctx.rank]
-    shard_path = path / shard_info["file"]
-    if not shard_path.is_file() or sha256_of(shard_path) != shard_info["sha256"]:
-        raise CheckpointError(f"{shard_path} is missing or corrupt (sha256 differs from {MANIFEST}): delete {path} "
-                              f"to resume from the checkpoint before it")
     try:
-        shard = torch.load(shard_path, weights_only=True)
-        state.model.load_state_dict(shard["model"])
-        state.optimizer.load_state_dict(shard["optimizer"])
-        state.exchanger.schedule.load_state_dict(shard["schedule"])
-        # "codec_rng": how shards written before codecs had a state_dict kept the int8 codec's generator
-        state.exchanger.codec.load_state_dict(shard.get("codec", {"rng": shard.get("codec_rng")}))
+        if manifest["format"] == 1:
+            replicated = own = _read_verified(path, manifest["shards"][state.ctx.rank])
+            own = {"schedule": own["schedule"], "codec": {"rng": own.get("codec_rng")}}
+        else:
+            replicated = _read_verified(path, manifest["replicated"])
+            own = _read_verified(path, manifest["shards"][state.ctx.rank]) if same_partition else None
+        state.model.load_state_dict(replicated["model"])
+        state.optimizer.load_state_dict(replicated["optimizer"])
+        if own is not None:
+            state.exchanger.schedule.load_state_dict(own["schedule"])
+            state.exchanger.codec.load_state_dict(own["codec"])
     except (RuntimeError, KeyError, ValueError) as err:
-        raise CheckpointError(f"{shard_path} does not fit this model ({str(err).splitlines()[0]}): pass the same "
+        raise CheckpointError(f"{path} does not fit this model ({str(err).splitlines()[0]}): pass the same "
                               f"--model/--hidden/--num-layers or use another --checkpoint-dir") from err
-    return int(shard["next_epoch"]), list(shard["records"])
+    if not same_partition and state.ctx.is_root:
+        rank_logger(state.ctx.rank).warning(
+            f"the checkpoint in {path} was written by {manifest['num_parts']} ranks on another partition of this "
+            f"graph: model, optimizer, epoch and metrics carry over; per-rank state (schedule caches, the halo "
+            f"codec's random stream, the sampled feature cache) is rebuilt")
+    return int(replicated["next_epoch"]), list(replicated["records"])
+
+
+def graph_identity(comm, meta, node_ids: np.ndarray, labels: np.ndarray, degrees: np.ndarray) -> dict:
+    """Collective: what a checkpoint records of the graph, the same for every partition of it at any P.
+
+    The fingerprint sums a hash of every node's (original id, label, degree) over all ranks, so two graphs
+    of one size (another seed of a synthetic preset, say) differ in it.
+    """
+    with np.errstate(over="ignore"):
+        words = node_ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        words ^= labels.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9) + degrees.astype(np.uint64)
+        words ^= words >> np.uint64(31)
+        words *= np.uint64(0x94D049BB133111EB)
+        words ^= words >> np.uint64(29)
+        local = int(words.sum(dtype=np.uint64))
+    total = sum(comm.allgather_object(local)) % (1 << 64)
+    return {"dataset": meta.dataset, "num_nodes": meta.num_nodes, "num_edges": meta.num_edges,
+            "fingerprint": f"{total:016x}"}
+
+
+def _same_graph(recorded, mine: dict) -> bool:
+    """The name may differ (a chunked copy of a dataset is the same graph); sizes and fingerprint may not."""
+    return isinstance(recorded, dict) and all(recorded.get(k) == mine[k] for k in ("num_nodes", "num_edges",
+                                                                                  "fingerprint"))
+
+
+def _graph_text(graph) -> str:
+    if not isinstance(graph, dict):
+        return "an unrecorded graph"
+    return (f"{graph.get('dataset')} ({graph.get('num_nodes'):,} nodes, {graph.get('num_edges'):,} edges, "
+            f"fingerprint {graph.get('fingerprint')})")

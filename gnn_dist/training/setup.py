@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnn_dist.checkpoint import load_checkpoint
+from gnn_dist.checkpoint import graph_identity, load_checkpoint
 from gnn_dist.codec import make_codec
 from gnn_dist.comm import first_failure
 from gnn_dist.config import FEATURE_DTYPES, TrainConfig
@@ -104,6 +104,8 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, metrics,
                       meta.dataset, setup_halo_bytes, meta.partition_id, watchdog)
+    if config.checkpoint_dir:
+        state.graph_identity = graph_identity(ctx.comm, meta, part.node_ids, part.y, part.deg[:part.n_owned])
     if config.mode == "sampled":
         watchdog.beat("set-up: sampler and feature cache")
         state.step = MiniBatchStep(state, part, config.sampled)

@@ -34,6 +34,7 @@ class RankState:
     partition_id: str
     watchdog: object
     step: object = None  # the training step of the mode (gnn_dist.training.step.Step)
+    graph_identity: dict | None = None  # what checkpoints record of the graph (gnn_dist.checkpoint.graph_identity)
     start_epoch: int = 0
     epochs_run: int = 0  # training epochs this process executed (a resumed run skips the restored ones)
     records: list = dataclasses.field(default_factory=list)
