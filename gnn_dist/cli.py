@@ -22,8 +22,10 @@ from gnn_dist.config import (
     train_config_from_args,
 )
 from gnn_dist.partition.pipeline import DEFAULT_LOCALITY_BLOCK
+from gnn_dist.supervise import EXIT_FAILED, EXIT_SETUP, supervise
 
-EXIT_ERROR = 1
+# Exit statuses (gnn_dist.supervise restarts on any failure but usage and set-up errors, which input caused).
+EXIT_ERROR = EXIT_FAILED  # a rank failed or hung: the job was aborted
 EXIT_USAGE = 2
 # train's options that also shape inspect's byte prediction and memory plan
 INSPECT_OPTIONS = ("schedule", "halo_dtype", "halo_memory", "halo_block_rows", "feature_dtype")
@@ -81,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(t, SampledConfig)
 
     sub.add_parser("bench", help="benchmark sweeps with PyG baselines (gnn-dist bench --help)", add_help=False)
+    sub.add_parser("supervise", help="run a training job and restart it from its checkpoint when it crashes "
+                   "(gnn-dist supervise --help)", add_help=False)
 
     i = sub.add_parser("inspect", help="partition quality and predicted halo traffic")
     i.add_argument("directory")
@@ -123,10 +127,11 @@ def cmd_train(args) -> int:
     try:
         final = train(ctx, train_config_from_args(args))
     except SetupError as err:
-        # Raised identically on every rank: report once, exit cleanly everywhere.
+        # Raised identically on every rank: report once, exit cleanly everywhere, with the status that says
+        # "the input was refused" (a supervisor does not retry it).
         if ctx.is_root:
             _fail("train", str(err))
-        return EXIT_ERROR
+        return EXIT_SETUP
     except Exception as err:  # noqa: BLE001 - one rank's failure must end the whole job
         print(f"gnn-dist train: error on rank {ctx.rank}: {type(err).__name__}: {err}", file=sys.stderr)
         if ctx.size > 1:
@@ -149,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         from gnn_dist.benchmarks.harness import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["supervise"]:
+        return supervise(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "partition":
         from gnn_dist.partition.command import cmd_partition

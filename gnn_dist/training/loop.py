@@ -13,6 +13,7 @@ from gnn_dist.config import TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.memory import PhasePeaks, peak_rss_bytes, release_free_heap, return_large_blocks_on_free
 from gnn_dist.metrics import summarise
+from gnn_dist.supervise import restarts_so_far
 from gnn_dist.training.evaluation import evaluate, write_predictions
 from gnn_dist.training.faults import maybe_inject_failure
 from gnn_dist.training.setup import setup
@@ -65,7 +66,8 @@ def run_epochs(state: RankState) -> list[dict]:
         }
         records.append(record)
         state.metrics.write(record)
-        if config.checkpoint_dir and (epoch + 1) % config.checkpoint_every == 0:
+        # Every checkpoint_every epochs, and after the last one, so a finished run can be continued with more --epochs.
+        if config.checkpoint_dir and ((epoch + 1) % config.checkpoint_every == 0 or epoch == config.epochs - 1):
             beat(f"epoch {epoch}: checkpoint")
             save_checkpoint(state, config.checkpoint_dir, epoch + 1, records, config.keep_checkpoints)
         if bar is not None:
@@ -126,7 +128,7 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             "eval_chunk_nodes": config.eval_chunk_nodes, "halo_memory": config.halo_memory,
             "halo_block_rows": config.halo_block_rows, "feature_dtype": config.feature_dtype,
             "setup_halo_bytes": int(state.setup_halo_bytes),
-            "resumed_from_epoch": state.start_epoch, "epochs_run": state.epochs_run,
+            "resumed_from_epoch": state.start_epoch, "epochs_run": state.epochs_run, "restarts": restarts_so_far(),
             **memory_report(ctx, memory),
         })
         state.metrics.write(final)

@@ -1,0 +1,127 @@
+"""`gnn-dist supervise [--max-restarts K] [--backoff S] -- LAUNCH COMMAND...`: restart a crashed job from its checkpoint.
+
+The launch command is anything that runs `gnn-dist train ... --checkpoint-dir DIR`
+(`mpiexec -n 4 gnn-dist train ...`, a cluster's `srun` or `mpirun` line). When
+it fails, the supervisor runs it again with `--resume` appended (when the
+command does not hold it already), after S seconds, at most K times, and logs
+the epoch each restart resumes from. It tells a crash from bad input by the
+exit status that `gnn-dist train` documents:
+
+    0  finished                    2  usage error (bad arguments)
+    1  a rank failed or hung       3  set-up refused the input (missing files, a checkpoint
+    other  the launcher's own         that does not fit, a diverged loss): one line says why
+           (9: a rank was killed)
+
+2 and 3 are never retried: running the same input again would fail the same
+way. SIGINT and SIGTERM go to the job and stop the supervisor without a
+restart. The restarted job learns its attempt number from GNN_DIST_RESTARTS
+(its final metrics record reports `restarts`); its metrics file holds every
+epoch once, because a resumed run rewrites the records its checkpoint kept.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+RESTARTS_ENV = "GNN_DIST_RESTARTS"
+EXIT_FINISHED, EXIT_FAILED, EXIT_USAGE, EXIT_SETUP = 0, 1, 2, 3
+NEVER_RETRIED = (EXIT_USAGE, EXIT_SETUP)
+
+
+def restarts_so_far() -> int:
+    """How many times a supervisor has restarted this job (0 outside a supervisor)."""
+    try:
+        return max(0, int(os.environ.get(RESTARTS_ENV, "0")))
+    except ValueError:
+        return 0
+
+
+def _say(message: str) -> None:
+    print(f"gnn-dist supervise: {message}", file=sys.stderr, flush=True)
+
+
+def option_value(command: list[str], flag: str) -> str | None:
+    """The value of `flag VALUE` or `flag=VALUE` in a command line (the last one wins, as argparse does)."""
+    value = None
+    for k, word in enumerate(command):
+        if word == flag and k + 1 < len(command):
+            value = command[k + 1]
+        elif word.startswith(flag + "="):
+            value = word[len(flag) + 1:]
+    return value
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    if "--" not in argv:
+        _say("error: give the launch command after --, e.g. gnn-dist supervise -- mpiexec -n 4 gnn-dist train "
+             "--parts P --checkpoint-dir D")
+        sys.exit(EXIT_USAGE)
+    split = argv.index("--")
+    parser = argparse.ArgumentParser(prog="gnn-dist supervise", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max-restarts", type=int, default=3, help="restart a failed job at most this many times")
+    parser.add_argument("--backoff", type=float, default=5.0, help="seconds to wait before each restart")
+    args = parser.parse_args(argv[:split])
+    command = argv[split + 1:]
+    if args.max_restarts < 0 or args.backoff < 0:
+        parser.error("--max-restarts and --backoff must be 0 or more")
+    if not command:
+        parser.error("the launch command after -- is empty")
+    return args, command
+
+
+def supervise(argv: list[str]) -> int:
+    from gnn_dist.checkpoint import newest_checkpoint_epoch
+
+    args, command = parse_args(argv)
+    checkpoint_dir = option_value(command, "--checkpoint-dir")
+    if checkpoint_dir is None:
+        _say("error: the train command has no --checkpoint-dir DIR: a restart resumes from it, so add one "
+             "(with --checkpoint-every N)")
+        return EXIT_USAGE
+    stop_signal: list[int] = []
+    child: list[subprocess.Popen] = []
+
+    def forward(signum, _frame) -> None:
+        stop_signal.append(signum)
+        if child and child[-1].poll() is None:
+            child[-1].send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        restarts = 0
+        while True:
+            run = command + (["--resume"] if restarts and "--resume" not in command else [])
+            child.append(subprocess.Popen(run, env={**os.environ, RESTARTS_ENV: str(restarts)}))
+            status = child[-1].wait()
+            if stop_signal:
+                _say(f"stopped by signal {stop_signal[0]}: not restarting (the job exited with status {status})")
+                return status if status > 0 else 128 + stop_signal[0]
+            if status == EXIT_FINISHED:
+                if restarts:
+                    _say(f"the job finished after {restarts} restart(s)")
+                return EXIT_FINISHED
+            if status in NEVER_RETRIED:
+                _say(f"the job refused its input (exit status {status}): not restarting")
+                return status
+            if restarts >= args.max_restarts:
+                _say(f"the job failed (exit status {status}) and --max-restarts {args.max_restarts} is used up: "
+                     f"giving up; the last complete checkpoint is in {checkpoint_dir}")
+                return status if status > 0 else EXIT_FAILED
+            restarts += 1
+            epoch = newest_checkpoint_epoch(checkpoint_dir)
+            _say(f"the job failed (exit status {status}); restart {restarts} of {args.max_restarts} in "
+                 f"{args.backoff:g} s, resuming from epoch {epoch or 0}"
+                 + ("" if epoch is not None else f" (no complete checkpoint in {checkpoint_dir} yet)"))
+            deadline = time.monotonic() + args.backoff
+            while time.monotonic() < deadline and not stop_signal:
+                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+            if stop_signal:
+                _say(f"stopped by signal {stop_signal[0]} while waiting to restart")
+                return 128 + stop_signal[0]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
