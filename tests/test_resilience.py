@@ -86,7 +86,8 @@ def test_keep_only_the_last_checkpoints(partitioned, tmp_path):
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-000008", "epoch-000010"]
     for folder in ckpt.iterdir():
-        assert sorted(p.name for p in folder.iterdir()) == ["MANIFEST.json", "rank-00000.pt", "rank-00001.pt"]
+        assert sorted(p.name for p in folder.iterdir()) == ["MANIFEST.json", "rank-00000.pt", "rank-00001.pt",
+                                                          "replicated.pt"]
 
 
 def _python_ranks_of(marker: str) -> list[int]:
