@@ -7,8 +7,11 @@ rank during training prints the rank and the cause and aborts the whole job.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import sys
+from pathlib import Path
 
 from gnn_dist.comm import launcher_rank
 from gnn_dist.config import (
@@ -39,6 +42,37 @@ class _Parser(argparse.ArgumentParser):
             self.print_usage(sys.stderr)
             print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+
+
+PLUGIN_HELP = ("import this module (or .py file) first, so the models, schedules and datasets it registers can be "
+               "named (docs/extending.md); repeatable")
+
+
+def import_plugins(argv: list[str]) -> None:
+    """Import every --plugin before the parser is built: what they register becomes a valid choice."""
+    for k, word in enumerate(argv):
+        if word == "--plugin" and k + 1 < len(argv):
+            target = argv[k + 1]
+        elif word.startswith("--plugin="):
+            target = word[len("--plugin="):]
+        else:
+            continue
+        try:
+            if target.endswith(".py"):
+                path = Path(target).resolve()
+                spec = importlib.util.spec_from_file_location(f"gnn_dist_plugin_{path.stem}", path)
+                if spec is None or not path.is_file():
+                    raise FileNotFoundError(f"no such file {target}")
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = module
+                spec.loader.exec_module(module)
+            else:
+                importlib.import_module(target)
+        except Exception as err:  # noqa: BLE001 - any failure of user code is one usage error line
+            if launcher_rank() in (None, 0):
+                print(f"gnn-dist: error: --plugin {target}: cannot import it ({type(err).__name__}: {err})",
+                      file=sys.stderr)
+            sys.exit(EXIT_USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(t, TrainConfig)
     add_options(t, ModelConfig)
     add_options(t, SampledConfig)
+    t.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
 
     sub.add_parser("bench", help="benchmark sweeps with PyG baselines (gnn-dist bench --help)", add_help=False)
     sub.add_parser("supervise", help="run a training job and restart it from its checkpoint when it crashes "
@@ -90,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("directory")
     i.add_argument("--json", action="store_true")
     add_options(i, ModelConfig, help_prefix="as train's: ")
+    i.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
     add_options(i, TrainConfig, only=INSPECT_OPTIONS, help_prefix="as train's: ")
     return parser
 
@@ -156,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         return bench_main(argv[1:])
     if argv[:1] == ["supervise"]:
         return supervise(argv[1:])
+    if argv[:1] in (["train"], ["inspect"]):
+        import_plugins(argv)
     args = build_parser().parse_args(argv)
     if args.command == "partition":
         from gnn_dist.partition.command import cmd_partition

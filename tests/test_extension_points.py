@@ -2,6 +2,7 @@
 defaults that live in one place, and an install that claims only the gnn_dist namespace."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zipfile
@@ -206,3 +207,20 @@ def test_the_wheel_installs_only_the_gnn_dist_package(tmp_path):
 def test_no_module_of_the_runtime_is_over_400_lines():
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in (ROOT / "gnn_dist").rglob("*.py")}
     assert sizes and max(sizes.values()) <= 400, {k: v for k, v in sizes.items() if v > 400}
+
+
+@pytest.mark.mpi
+def test_a_plugin_registers_a_model_and_a_schedule_for_gnn_dist_train(partitioned, tmp_path):
+    from tests.conftest import run_mpi
+
+    plugin = tmp_path / "my_models.py"
+    plugin.write_text("import tests.test_extension_points  # noqa: F401 - registers test-sum and test-silent\n")
+    metrics = tmp_path / "m.jsonl"
+    done = run_mpi(2, "train", "--plugin", str(plugin), "--parts", str(partitioned("synthetic:tiny", 2)),
+                   "--model", "test-sum", "--schedule", "test-silent", "--epochs", "3", "--hidden", "8",
+                   "--no-progress", "--metrics-out", str(metrics))
+    assert done.returncode == 0, done.stderr
+    final = json.loads(metrics.read_text().splitlines()[-1])
+    assert (final["model"], final["schedule"], final["halo_bytes_total"]) == ("test-sum", "test-silent", 0)
+    missing = run_mpi(2, "train", "--plugin", str(tmp_path / "missing.py"), "--parts", "unused")
+    assert missing.returncode == 2 and missing.stderr.count("--plugin") == 1 and "cannot import it" in missing.stderr
