@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "close in memory and aggregation runs faster (0: dataset order)")
     p.add_argument("--download", action="store_true", help="let ogb download missing OGB files")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
 
     c = sub.add_parser("convert", help="write a dataset as a chunked directory, streaming where the source allows")
     c.add_argument("--dataset", required=True, help="any --dataset of partition except chunked:DIR")
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--edges-per-chunk", type=positive_int, default=8_000_000)
     c.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    c.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
 
     t = sub.add_parser("train", help="train under mpiexec -n P (one rank per part)")
     # Every option comes from the config dataclasses (gnn_dist.config): one place for names, defaults and help.
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         return bench_main(argv[1:])
     if argv[:1] == ["supervise"]:
         return supervise(argv[1:])
-    if argv[:1] in (["train"], ["inspect"]):
+    if argv[:1] in (["train"], ["inspect"], ["partition"], ["convert"]):
         import_plugins(argv)
     args = build_parser().parse_args(argv)
     if args.command == "partition":
