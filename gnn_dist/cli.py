@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bytes each partitioning rank may use (default: what the host has available, shared)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--balance-train", action="store_true", help="balance training nodes across parts too")
+    p.add_argument("--objective", default="cut", choices=["cut", "volume"],
+                   help="what METIS minimises: edges between parts (cut), or the halo rows that travel (volume)")
     p.add_argument("--locality-block", type=int, default=DEFAULT_LOCALITY_BLOCK,
                    help="number each part's nodes by METIS blocks of about this many nodes, so neighbours sit "
                         "close in memory and aggregation runs faster (0: dataset order)")

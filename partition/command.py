@@ -33,8 +33,9 @@ def _ranks_on_host(default: int) -> int:
     return default
 
 
-def _report(meta, out: str, seconds: float, peaks: list[int]) -> None:
+def _report(meta, out: str, seconds: float, peaks: list[int], objective: str = "cut") -> None:
     where = f" on {len(peaks)} ranks" if len(peaks) > 1 else ""
+    where += " minimising communication volume" if objective == "volume" else ""
     per_rank = " / ".join(f"{peak / 2**30:.2f}" for peak in peaks)
     print(f"partitioned {meta.dataset} ({meta.num_nodes:,} nodes, {meta.num_edges:,} directed edges) into "
           f"{meta.num_parts} parts by {meta.method}{where} in {seconds:.1f}s: edge cut {meta.edge_cut:,}, "
@@ -63,12 +64,15 @@ def cmd_partition(args, argv: list[str]) -> int:
             graph = load_dataset(args.dataset, args.root, seed=args.seed, download=args.download)
             meta = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
                                    balance_train=args.balance_train, overwrite=args.overwrite,
-                                   locality_block=args.locality_block)
+                                   locality_block=args.locality_block, objective=args.objective)
         except (DatasetError, PartitionError, PartitionFormatError, OSError) as err:
             return _fail("partition", str(err))
-        _report(meta, args.out, time.perf_counter() - start, [peak_rss_bytes()])
+        _report(meta, args.out, time.perf_counter() - start, [peak_rss_bytes()], args.objective)
         return 0
 
+    if args.objective != "cut":
+        return _fail("partition", f"--objective {args.objective} is an objective of METIS: use it with --method "
+                                  f"metis (PT-Scotch minimises the cut)", launcher_rank() or 0)
     if args.balance_train:
         return _fail("partition", "--balance-train needs METIS's second vertex constraint, which Scotch lacks: "
                                   "drop it or use --method metis", launcher_rank() or 0)

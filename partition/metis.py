@@ -28,15 +28,26 @@ def check_num_parts(num_parts: int, num_nodes: int) -> None:
                              f"use at most {num_nodes} parts")
 
 
+OBJECTIVES = ("cut", "volume")
+
+
 def assign_parts(graph: Graph, num_parts: int, *, method: str = "metis", seed: int = 0,
-                 balance_train: bool = False) -> np.ndarray:
+                 balance_train: bool = False, objective: str = "cut") -> np.ndarray:
     """Part id (int64 [N]) of every node.
+
+    objective: what METIS minimises: "cut" (edges between parts) or "volume" (its total communication
+    volume: for every node, the other parts holding a neighbour, which is the number of halo rows that
+    travel per exchanged layer and direction).
 
     balance_train: ask METIS to balance training nodes across parts as well as
     node counts (a second vertex constraint, as DistDGL does), so every rank
     has a similar share of the loss.
     """
     check_num_parts(num_parts, graph.num_nodes)
+    if objective not in OBJECTIVES:
+        raise PartitionError(f"unknown --objective {objective!r}: use cut or volume")
+    if objective != "cut" and method != "metis":
+        raise PartitionError(f"--objective {objective} is an objective of METIS: use it with --method metis")
     if method not in METHODS:
         raise PartitionError(f"unknown partition method {method!r}: use --method metis or --method random")
     if num_parts == 1:
@@ -46,10 +57,10 @@ def assign_parts(graph: Graph, num_parts: int, *, method: str = "metis", seed: i
         parts = np.empty(graph.num_nodes, dtype=np.int64)
         parts[rng.permutation(graph.num_nodes)] = np.arange(graph.num_nodes) % num_parts
         return parts
-    return _fill_empty_parts(_metis(graph, num_parts, seed, balance_train), num_parts)
+    return _fill_empty_parts(_metis(graph, num_parts, seed, balance_train, objective), num_parts)
 
 
-def _metis(graph: Graph, num_parts: int, seed: int, balance_train: bool) -> np.ndarray:
+def _metis(graph: Graph, num_parts: int, seed: int, balance_train: bool, objective: str = "cut") -> np.ndarray:
     import pymetis
 
     n = graph.num_nodes
@@ -62,9 +73,13 @@ def _metis(graph: Graph, num_parts: int, seed: int, balance_train: bool) -> np.n
         vweights = np.stack([np.ones(n, dtype=np.int64), graph.train_mask.astype(np.int64)], axis=1).reshape(-1)
     options = pymetis.Options()
     options.seed = int(seed)
+    recursive = None  # pymetis's choice (recursive bisection for few parts), as before --objective existed
+    if objective == "volume":
+        options.objtype = int(pymetis.ObjType.VOL)
+        recursive = False  # METIS minimises volume only in its k-way partitioner
     try:
         result = pymetis.part_graph(num_parts, adjacency=pymetis.CSRAdjacency(xadj, src.astype(np.int64)),
-                                    vweights=vweights, options=options)
+                                    vweights=vweights, options=options, recursive=recursive)
     except Exception as err:  # pymetis raises RuntimeError with METIS's status code
         raise PartitionError(f"METIS failed to split {graph.name} into {num_parts} parts ({err}): "
                              f"try --method random or fewer parts") from err

@@ -14,9 +14,11 @@ DEFAULT_LOCALITY_BLOCK = 256
 
 def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, method: str = "metis",
                     seed: int = 0, balance_train: bool = False, overwrite: bool = False,
-                    locality_block: int = DEFAULT_LOCALITY_BLOCK) -> PartitionMeta:
-    """locality_block: nodes per METIS block when numbering inside a part (0: dataset order)."""
-    parts = assign_parts(graph, num_parts, method=method, seed=seed, balance_train=balance_train)
+                    locality_block: int = DEFAULT_LOCALITY_BLOCK, objective: str = "cut") -> PartitionMeta:
+    """locality_block: nodes per METIS block when numbering inside a part (0: dataset order).
+    objective: what METIS minimises, cut or volume (gnn_dist.partition.metis.assign_parts)."""
+    parts = assign_parts(graph, num_parts, method=method, seed=seed, balance_train=balance_train,
+                         objective=objective)
     blocks = locality_blocks(graph, parts, num_parts, locality_block, seed) if locality_block > 0 else None
     partptr, node_map, part_arrays = build_parts(graph, parts, num_parts, blocks)
     infos = [dataclasses.asdict(part_stats(arrays)) for arrays in part_arrays]
