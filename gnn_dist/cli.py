@@ -182,6 +182,7 @@ def cmd_train(args) -> int:
               f"test_acc_at_best_val={final['test_acc_at_best_val']:.4f} "
               f"halo_bytes_total={final['halo_bytes_total']:,} ({final['halo_bytes_total'] / 1e6:.2f} MB) "
               f"epoch_s_median={final['epoch_s_median']:.4f} ranks={final['num_parts']}"
+              + (f" link={final['simulated_link']}" if final["simulated_link"] else "")
               if final["epochs"] else f"final: 0 epochs run on {final['num_parts']} ranks")
     return 0
 

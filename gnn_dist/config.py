@@ -15,6 +15,7 @@ from dataclasses import MISSING, dataclass, field, fields
 import torch
 
 from gnn_dist.codec import HALO_DTYPES
+from gnn_dist.link_model import LinkModel
 from gnn_dist.models import model_names, one_of
 from gnn_dist.schedules import parse_schedule
 from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS, HALO_MEMORY_MODES
@@ -152,6 +153,9 @@ class TrainConfig:
     memory_limit: int | None = option(None, "memory this rank may use, e.g. 8G: refuse to start when the plan "
                                       "exceeds it (default: the host's available memory, shared by its ranks)",
                                       parse=byte_size)
+    simulate_link: str | None = option(None, "benchmarks: model a network of GBPS[,LATENCY_US] (Gb/s, us): every "
+                                       "exchange of training takes at least latency + bytes / bandwidth; results "
+                                       "are labelled modelled (gnn_dist.link_model)", parse=str)
     sampled: SampledConfig = field(default_factory=SampledConfig)  # used with mode="sampled"
 
     def validate(self) -> None:
@@ -204,6 +208,8 @@ class TrainConfig:
             raise ValueError("--resume needs --checkpoint-dir DIR (where the checkpoints are)")
         if self.timeout < 0:
             raise ValueError(f"--timeout must be 0 (off) or positive seconds, got {self.timeout}")
+        if self.simulate_link is not None:
+            LinkModel.parse(self.simulate_link)
 
 
 def _flag_fields(config_class, only=None):

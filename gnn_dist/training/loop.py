@@ -11,6 +11,7 @@ import time
 from gnn_dist.checkpoint import save_checkpoint
 from gnn_dist.config import TrainConfig
 from gnn_dist.context import RankContext
+from gnn_dist.link_model import LinkModel
 from gnn_dist.memory import PhasePeaks, peak_rss_bytes, release_free_heap, return_large_blocks_on_free
 from gnn_dist.metrics import summarise
 from gnn_dist.supervise import restarts_so_far
@@ -129,6 +130,7 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             "halo_block_rows": config.halo_block_rows, "feature_dtype": config.feature_dtype,
             "setup_halo_bytes": int(state.setup_halo_bytes),
             "resumed_from_epoch": state.start_epoch, "epochs_run": state.epochs_run, "restarts": restarts_so_far(),
+            "simulated_link": LinkModel.parse(config.simulate_link).label() if config.simulate_link else None,
             **memory_report(ctx, memory),
         })
         state.metrics.write(final)

@@ -34,9 +34,9 @@ class MiniBatchStep:
         self.state = state
         self.config = config
         ctx = state.ctx
-        self.sampler = DistributedSampler(ctx.comm, part, list(config.fanouts), state.config.seed,
+        self.sampler = DistributedSampler(state.exchanger.comm, part, list(config.fanouts), state.config.seed,
                                           local_only=config.sampling == "local")
-        self.store = FeatureStore(ctx.comm, self.sampler, state.x_full)
+        self.store = FeatureStore(state.exchanger.comm, self.sampler, state.x_full)
         self.model_class = model_class(state.config.model.model)
         self.params = list(state.model.parameters())
         self.flat = flat_buffer(self.params, extras=2)  # gradients, then the loss sum and the number of seeds

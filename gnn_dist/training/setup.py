@@ -25,6 +25,7 @@ from gnn_dist.context import RankContext, SetupError
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.kernels.native import native_module
+from gnn_dist.link_model import LinkModel, ModelledLinkComm
 from gnn_dist.log import rank_logger
 from gnn_dist.memory import current_rss_bytes
 from gnn_dist.metrics import MetricsWriter
@@ -77,7 +78,9 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
         if config.timeout > 0 and ctx.comm.aborts_job else NoWatchdog()
     watchdog.beat("set-up: fetching halo input features")
     plan = HaloPlan.from_part(part)
-    exchanger = HaloExchanger(ctx.comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
+    # Training's data exchanges go through this communicator: under --simulate-link, a modelled network.
+    comm = ModelledLinkComm(ctx.comm, LinkModel.parse(config.simulate_link)) if config.simulate_link else ctx.comm
+    exchanger = HaloExchanger(comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
                               schedule=parse_schedule(config.schedule, config.seed), beat=watchdog.beat)
     # Sampled training aggregates over its batches' blocks and evaluates chunk by chunk from the part's CSR,
     # so only full-batch training builds the whole part's operator and its transpose; sequential halos
