@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gnn_dist.benchmarks.common import machine, mpiexec
+from gnn_dist.benchmarks.time_to_accuracy import add_time_to_target, section, val_curve
+from gnn_dist.benchmarks.time_to_accuracy import plot as time_to_accuracy_plot
 from gnn_dist.comm import mpi_versions
 
 # Published OGB leaderboard test accuracies (mean over 10 runs) of the reference full-batch models.
@@ -33,8 +35,9 @@ OGB_REFERENCE = {
     "ogbn-arxiv": {"gcn": 0.7174, "sage": 0.7149},
     "ogbn-products": {"gcn": 0.7564, "sage": 0.7850},
 }
-CSV_COLUMNS = ["run_id", "backend", "dataset", "parts", "mode", "schedule", "halo_dtype", "model", "seed", "epochs",
-               "status", "epoch_s_median", "test_acc", "best_val_acc", "test_acc_at_best_val", "ogb_test_acc",
+CSV_COLUMNS = ["run_id", "backend", "dataset", "parts", "mode", "schedule", "halo_dtype", "model", "seed", "link",
+               "epochs", "status", "target_val_acc", "time_to_target_s", "epoch_s_median", "test_acc", "best_val_acc",
+               "test_acc_at_best_val", "ogb_test_acc",
                "halo_bytes_per_epoch", "halo_bytes_total", "peak_rss_bytes", "wall_s", "error"]
 
 
@@ -59,6 +62,8 @@ class BenchConfig:
     pyg: bool = True
     out: str = "runs/bench"
     extra_train_args: list = field(default_factory=list)
+    links: list = field(default_factory=list)  # modelled link bandwidths, Gb/s (benchmarks.time_to_accuracy)
+    target_val_acc: float = 0.0  # time-to-accuracy target (0: 0.98 x the exact schedule's best)
 
 
 @dataclass(frozen=True)
@@ -70,10 +75,12 @@ class Run:
     halo_dtype: str
     model: str
     seed: int
+    link: str = ""  # modelled link, Gb/s ("": this host's own exchange)
 
     @property
     def run_id(self) -> str:
         name = f"{self.dataset}-p{self.parts}-{self.mode}-{self.schedule}-{self.halo_dtype}-{self.model}-s{self.seed}"
+        name += f"-link{self.link}" if self.link else ""
         return "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
 
 
@@ -88,7 +95,9 @@ def plan_runs(config: BenchConfig) -> list[Run]:
                             if mode == "sampled" and (schedule, dtype) != ("exact", "fp32"):
                                 continue  # schedules shape full-batch halo traffic only
                             for seed in config.seeds:
-                                runs.append(Run(dataset, num_parts, mode, schedule, dtype, model, seed))
+                                for link in config.links or [""]:
+                                    runs.append(Run(dataset, num_parts, mode, schedule, dtype, model, seed,
+                                                    str(link)))
     return runs
 
 
@@ -172,6 +181,8 @@ def run_ours(config: BenchConfig, run: Run) -> dict:
            *config.extra_train_args]
     if run.dataset.startswith("ogbn-"):
         cmd += ["--predictions-out", str(predictions)]
+    if run.link:
+        cmd += ["--simulate-link", run.link]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=config.timeout)
     except subprocess.TimeoutExpired as err:
@@ -182,8 +193,11 @@ def run_ours(config: BenchConfig, run: Run) -> dict:
     (out / "stderr.txt").write_text(done.stderr)
     if done.returncode != 0 or not metrics.is_file():
         return {**row, "status": "failed", "error": _tail(done.stderr) or f"exit code {done.returncode}"}
-    final = [json.loads(line) for line in metrics.read_text().splitlines()][-1]
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    final = records[-1]
     epochs = max(final["epochs"], 1)
+    if run.link:
+        row["val_curve"] = val_curve(records)
     return {**row, "status": "ok", "epoch_s_median": final["epoch_s_median"], "test_acc": final["test_acc"],
             "best_val_acc": final["best_val_acc"], "test_acc_at_best_val": final["test_acc_at_best_val"],
             "ogb_test_acc": ogb_score(run.dataset, config.root, predictions),
@@ -355,7 +369,8 @@ def plots(rows: list[dict], out: Path) -> list[Path]:
 
     against_parts(ok, lambda r: (r["dataset"], r["model"]), lambda r: r["peak_rss_bytes"] / 2**30,
                   "peak RSS per rank (GiB)", "Peak memory per rank", "peak_memory.png")
-    return written
+    modelled = time_to_accuracy_plot(rows, out, plt)
+    return written + ([modelled] if modelled else [])
 
 
 def write_outputs(config: BenchConfig, env: dict, rows: list[dict]) -> None:
@@ -373,7 +388,8 @@ def write_outputs(config: BenchConfig, env: dict, rows: list[dict]) -> None:
         for row in rows:
             writer.writerow({k: row.get(k) for k in CSV_COLUMNS})
     os.replace(out / "results.csv.partial", out / "results.csv")
-    (out / "summary.md").write_text(summarise(config, env, rows))
+    add_time_to_target(rows, config.target_val_acc)
+    (out / "summary.md").write_text(summarise(config, env, rows) + "\n".join(section(rows)))
     plots(rows, out)
     (out / "environment.json").write_text(json.dumps(header, indent=1))
 
@@ -423,6 +439,9 @@ def config_from_args(argv: list[str] | None = None) -> tuple[BenchConfig, bool]:
     parser.add_argument("--threads", type=int)
     parser.add_argument("--timeout", type=float)
     parser.add_argument("--no-pyg", action="store_true", help="skip the PyG baseline rows")
+    parser.add_argument("--links", help="modelled link bandwidths in Gb/s, e.g. 1,10,100: every run trains once "
+                        "per link under --simulate-link and the summary gives time to a target val. accuracy")
+    parser.add_argument("--target-val-acc", type=float, help="time-to-accuracy target (default: 0.98 x exact's best)")
     parser.add_argument("--out")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     args, extra = parser.parse_known_args(argv)
@@ -440,12 +459,12 @@ def config_from_args(argv: list[str] | None = None) -> tuple[BenchConfig, bool]:
         if unknown:
             raise SystemExit(f"gnn-dist bench: error: {args.config}: unknown keys {', '.join(sorted(unknown))}")
     lists = {"datasets": str, "parts": int, "schedules": str, "halo_dtypes": str, "modes": str, "models": str,
-             "seeds": int}
+             "seeds": int, "links": str}
     for key, cast in lists.items():
         given = getattr(args, key)
         if given is not None:
             values[key] = _csv_list(given, cast)
-    for key in ("root", "epochs", "hidden", "num_layers", "threads", "timeout", "out"):
+    for key in ("root", "epochs", "hidden", "num_layers", "threads", "timeout", "out", "target_val_acc"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
     if args.no_pyg:

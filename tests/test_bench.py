@@ -98,3 +98,23 @@ def test_dry_run_and_toml_config(tmp_path):
     done = run_cli("bench", "--config", str(toml), "--dry-run")
     assert done.returncode == 0
     assert done.stdout.count("mpiexec -n 4") == 4
+
+
+def test_time_to_accuracy_on_a_modelled_link(tmp_path):
+    # 20 ms latency per exchange on the slow link: several exchanges per epoch make it measurably slower.
+    config = small(tmp_path, parts=[2], epochs=8, schedules=["exact", "stale:4"], links=["100", "0.01,20000"],
+                   pyg=False)
+    rows = sweep(config, progress=False)
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    for r in rows:
+        final = json.loads((tmp_path / "b" / "runs" / r["run_id"] / "metrics.jsonl").read_text().splitlines()[-1])
+        assert final["simulated_link"].endswith("(modelled)")
+    exact = {r["link"]: r for r in rows if r["schedule"] == "exact"}
+    assert exact["100"]["test_acc"] == exact["0.01,20000"]["test_acc"]  # the model costs time, never results
+    target = exact["100"]["target_val_acc"]
+    assert target == pytest.approx(0.98 * exact["100"]["best_val_acc"])
+    assert exact["100"]["time_to_target_s"] is not None
+    assert exact["0.01,20000"]["time_to_target_s"] > exact["100"]["time_to_target_s"]
+    summary = (tmp_path / "b" / "summary.md").read_text()
+    assert "## Time to target validation accuracy (modelled link)" in summary and "20000 us latency (modelled)" in summary
+    assert (tmp_path / "b" / "time_to_accuracy.png").read_bytes().startswith(PNG_SIGNATURE)
