@@ -11,10 +11,15 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 import warnings
 from pathlib import Path
 
 KERNEL_ENV = "GNN_DIST_KERNEL"
+# torch marks a build in progress with a bare `lock` file and waits, without a bound, for it to go. A build
+# killed half way (Ctrl-C, a job torn down on its first run) leaves it for good, and every later run would
+# wait forever before its first epoch; a build takes a minute or two, so a lock this old is a dead one's.
+STALE_BUILD_LOCK_S = 600
 _SOURCE = Path(__file__).with_name("native_kernels.cpp")
 _lock = threading.Lock()
 _module = None
@@ -40,7 +45,9 @@ def native_module():
                 # older release beside this one, benchmarks of two commits) never rebuild over each other's
                 # build while the other's ranks are loading it.
                 digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
-                _module = cpp.load(name=f"gnn_dist_native_kernels_{digest}", sources=[str(_SOURCE)],
+                name = f"gnn_dist_native_kernels_{digest}"
+                _remove_stale_build_lock(Path(cpp._get_build_directory(name, verbose=False)) / "lock")
+                _module = cpp.load(name=name, sources=[str(_SOURCE)],
                                    extra_cflags=["-O3", "-march=native"], verbose=False)
             except Exception as err:  # noqa: BLE001 - any build problem means: use the fallback
                 _failed = f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"
@@ -51,3 +58,16 @@ def native_module():
                               f"kernels (slower). Install a C++ compiler and ninja to enable it.", stacklevel=2)
     return _module
 
+
+def _remove_stale_build_lock(lock: Path, max_age_s: float = STALE_BUILD_LOCK_S) -> bool:
+    """Delete a build lock older than max_age_s (left by a killed build); True when one was deleted."""
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except OSError:
+        return False  # no lock: nothing is building
+    if age < max_age_s:
+        return False  # another process may be building right now: torch waits for it
+    lock.unlink(missing_ok=True)
+    warnings.warn(f"gnn-dist: removed {lock}, left {age / 60:.0f} min ago by a kernel build that did not finish",
+                  stacklevel=3)
+    return True

@@ -1,6 +1,8 @@
 """CSR SpMM against a dense reference, and its gradient by gradcheck."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -145,3 +147,16 @@ def test_row_slices_and_column_splits_recompose_the_dense_product(at):
     assert torch.allclose(spmm(left, x[:at]) + spmm(right, x[at:]), dense[7:23] @ x, atol=1e-6)
     with pytest.raises(RuntimeError, match="forward-only"):
         spmm(left, x[:at].clone().requires_grad_(True)).sum().backward()
+
+
+def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_fresh_one_kept(tmp_path):
+    # torch waits without a bound for its build lock to go; a killed first build would hang every later run
+    lock = tmp_path / "lock"
+    assert native._remove_stale_build_lock(lock) is False  # nothing is building
+    lock.touch()
+    assert native._remove_stale_build_lock(lock) is False and lock.exists()  # a build may be running now
+    old = lock.stat().st_mtime - native.STALE_BUILD_LOCK_S - 1
+    os.utime(lock, (old, old))
+    with pytest.warns(UserWarning, match="did not finish"):
+        assert native._remove_stale_build_lock(lock) is True
+    assert not lock.exists()
