@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnn_dist.comm import first_failure
+from gnn_dist.comm import failure_among
 from gnn_dist.context import SetupError
 from gnn_dist.log import rank_logger
 from gnn_dist.partition.format import sha256_of
@@ -109,7 +109,9 @@ def save_checkpoint(state, directory: str | os.PathLike, next_epoch: int, record
                 "optimizer": state.optimizer.state_dict(), "records": records}, target / REPLICATED)
     except OSError as err:
         error = f"{err.strerror or err} ({type(err).__name__})"
-    failure = first_failure(ctx.comm, error)
+    # One collective carries both: every rank's error (agreed on as comm.first_failure does) and digest.
+    results = ctx.comm.allgather_object((error, digest))
+    failure = failure_among([message for message, _ in results])
     if failure:
         mine.unlink(missing_ok=True)
         if ctx.is_root:
@@ -117,11 +119,10 @@ def save_checkpoint(state, directory: str | os.PathLike, next_epoch: int, record
         rank, msg, _ = failure
         raise CheckpointError(f"checkpoint to {target} failed on rank {rank}: {msg}: free disk space or "
                               f"choose another --checkpoint-dir; the last complete checkpoint is unchanged")
-    digests = ctx.comm.allgather_object(digest)
     if ctx.is_root:
         manifest = {"format": CHECKPOINT_FORMAT, "next_epoch": next_epoch, **describe_run(state),
                     "replicated": {"file": REPLICATED, "sha256": replicated_digest},
-                    "shards": [{"file": rank_file(r), "sha256": d} for r, d in enumerate(digests)]}
+                    "shards": [{"file": rank_file(r), "sha256": d} for r, (_, d) in enumerate(results)]}
         tmp_manifest = target / f".{MANIFEST}.tmp"
         tmp_manifest.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp_manifest, target / MANIFEST)

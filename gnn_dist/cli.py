@@ -25,7 +25,7 @@ from gnn_dist.config import (
     train_config_from_args,
 )
 from gnn_dist.partition.pipeline import DEFAULT_LOCALITY_BLOCK
-from gnn_dist.supervise import EXIT_FAILED, EXIT_SETUP, supervise
+from gnn_dist.supervise import EXIT_FAILED, EXIT_SETUP, option_values, supervise
 
 # Exit statuses (gnn_dist.supervise restarts on any failure but usage and set-up errors, which input caused).
 EXIT_ERROR = EXIT_FAILED  # a rank failed or hung: the job was aborted
@@ -50,13 +50,7 @@ PLUGIN_HELP = ("import this module (or .py file) first, so the models, schedules
 
 def import_plugins(argv: list[str]) -> None:
     """Import every --plugin before the parser is built: what they register becomes a valid choice."""
-    for k, word in enumerate(argv):
-        if word == "--plugin" and k + 1 < len(argv):
-            target = argv[k + 1]
-        elif word.startswith("--plugin="):
-            target = word[len("--plugin="):]
-        else:
-            continue
+    for target in option_values(argv, "--plugin"):
         try:
             if target.endswith(".py"):
                 path = Path(target).resolve()

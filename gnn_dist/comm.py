@@ -261,12 +261,16 @@ def mpi_versions() -> dict:
 def first_failure(comm: Comm, error: str | None) -> tuple[int, str, bool] | None:
     """Collective: each rank's error line (None: it succeeded) -> None when no rank failed, else
     (the first failing rank, its line, whether every rank failed with that same line)."""
-    errors = comm.allgather_object(error)
+    return failure_among(comm.allgather_object(error))
+
+
+def failure_among(errors: list[str | None]) -> tuple[int, str, bool] | None:
+    """first_failure's answer from every rank's error line, for a caller that gathered them with more."""
     failed = [(rank, message) for rank, message in enumerate(errors) if message is not None]
     if not failed:
         return None
     rank, message = failed[0]
-    return rank, message, len(failed) == comm.size and all(m == message for _, m in failed)
+    return rank, message, len(failed) == len(errors) and all(m == message for _, m in failed)
 
 
 def exchange_rows(comm: Comm, send: np.ndarray, counts: np.ndarray,
@@ -321,4 +325,4 @@ def make_world_comm() -> Comm:
 
 
 __all__: Sequence[str] = ["Comm", "Pending", "MPIComm", "FakeComm", "run_fake_ranks", "launcher_rank", "make_world_comm",
-                           "solo_comm", "first_failure", "exchange_rows"]
+                           "solo_comm", "first_failure", "failure_among", "exchange_rows"]

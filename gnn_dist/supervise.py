@@ -44,15 +44,15 @@ def _say(message: str) -> None:
     print(f"gnn-dist supervise: {message}", file=sys.stderr, flush=True)
 
 
-def option_value(command: list[str], flag: str) -> str | None:
-    """The value of `flag VALUE` or `flag=VALUE` in a command line (the last one wins, as argparse does)."""
-    value = None
+def option_values(command: list[str], flag: str) -> list[str]:
+    """Every value of `flag VALUE` or `flag=VALUE` in a command line, in order."""
+    values = []
     for k, word in enumerate(command):
         if word == flag and k + 1 < len(command):
-            value = command[k + 1]
+            values.append(command[k + 1])
         elif word.startswith(flag + "="):
-            value = word[len(flag) + 1:]
-    return value
+            values.append(word[len(flag) + 1:])
+    return values
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -77,7 +77,7 @@ def supervise(argv: list[str]) -> int:
     from gnn_dist.checkpoint import newest_checkpoint_epoch
 
     args, command = parse_args(argv)
-    checkpoint_dir = option_value(command, "--checkpoint-dir")
+    checkpoint_dir = (option_values(command, "--checkpoint-dir") or [None])[-1]  # the last wins, as in argparse
     if checkpoint_dir is None:
         _say("error: the train command has no --checkpoint-dir DIR: a restart resumes from it, so add one "
              "(with --checkpoint-every N)")

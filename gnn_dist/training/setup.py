@@ -36,6 +36,7 @@ from gnn_dist.schedules import parse_schedule
 from gnn_dist.training.full_batch import FullBatchStep
 from gnn_dist.training.mini_batch import MiniBatchStep
 from gnn_dist.training.state import RankState, sum_over_ranks
+from gnn_dist.training.step import flat_buffer
 from gnn_dist.watchdog import NoWatchdog, Watchdog
 
 
@@ -122,7 +123,7 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
 
 def broadcast_parameters(ctx: RankContext, params: list[torch.Tensor]) -> None:
     """Same seed gives the same weights; the broadcast from rank 0 makes it true even across torch builds."""
-    flat = torch.zeros(sum(p.numel() for p in params))
+    flat = flat_buffer(params, extras=0)
     pack_into(params, flat, grads=False)
     ctx.comm.bcast_(flat)
     unpack_from(params, flat, grads=False)
