@@ -16,7 +16,7 @@ import torch
 
 from gnn_dist.codec import HALO_DTYPES
 from gnn_dist.link_model import LinkModel
-from gnn_dist.models import model_names, one_of
+from gnn_dist.models import model_class, model_names, one_of
 from gnn_dist.schedules import parse_schedule
 from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS, HALO_MEMORY_MODES
 
@@ -76,6 +76,10 @@ class ModelConfig:
     num_layers: int = option(2, "number of graph convolutions")
     dropout: float = option(0.5, "dropout before every convolution")
     batch_norm: bool = option(False, "BatchNorm after hidden convs, statistics over all ranks")
+    heads: int = option(1, "attention heads of each hidden layer, concatenated (--model gat); the output layer "
+                           "has one")
+    attn_dropout: float | None = option(None, "dropout of attention coefficients (--model gat; default: "
+                                              "--dropout)", parse=float)
 
     def validate(self) -> None:
         if self.model not in model_names():
@@ -86,10 +90,25 @@ class ModelConfig:
             raise ValueError(f"--num-layers must be at least 1, got {self.num_layers}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"--dropout must lie in [0, 1), got {self.dropout}")
+        if self.heads < 1:
+            raise ValueError(f"--heads must be at least 1, got {self.heads}")
+        if self.heads > 1 and not model_class(self.model).multi_head:
+            multi = [name for name in model_names() if model_class(name).multi_head]
+            raise ValueError(f"--heads applies to attention models ({one_of(multi)}), not --model {self.model}: "
+                             f"drop --heads")
+        if self.attn_dropout is not None and not 0.0 <= self.attn_dropout < 1.0:
+            raise ValueError(f"--attn-dropout must lie in [0, 1), got {self.attn_dropout}")
 
     def widths(self, in_dim: int, out_dim: int) -> list[tuple[int, int]]:
-        dims = [in_dim] + [self.hidden] * (self.num_layers - 1) + [out_dim]
+        """(input, output) columns of each layer; hidden layers output heads * hidden (one head: hidden)."""
+        dims = [in_dim] + [self.hidden * self.heads] * (self.num_layers - 1) + [out_dim]
         return list(zip(dims[:-1], dims[1:]))
+
+    def layers(self, in_dim: int, out_dim: int) -> list[tuple[int, int, dict]]:
+        """(input, output, constructor options) of each layer, the options from the model's layer_options."""
+        conv = model_class(self.model)
+        return [(i, o, conv.layer_options(self, k, self.num_layers))
+                for k, (i, o) in enumerate(self.widths(in_dim, out_dim))]
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,14 @@ class DistConv(nn.Module):
     name: ClassVar[str] = ""
     needs_root: ClassVar[bool] = False
     self_loops: ClassVar[bool] = False
+    # Attention: the aggregation's weights come from the rows (the layer transforms first, keeps the aggregated
+    # rows for its backward, and that backward holds two [entries x heads] buffers: for the memory plan).
+    attention: ClassVar[bool] = False
+    multi_head: ClassVar[bool] = False  # whether --heads applies (hidden layers then output heads * hidden columns)
+    # Set by the model stack: the original ids of the operator's columns ([owned | halo], rows first), and the
+    # key of the current pass and layer, for randomness inside the layer that every P must draw alike.
+    column_ids: torch.Tensor | None = None
+    pass_key: int | None = None
 
     def __init__(self, in_dim: int, out_dim: int, operator: SparseOperator | None, exchanger: HaloExchanger | None,
                  slot: str, blocked: BlockedOperator | None = None):
@@ -77,13 +85,18 @@ class DistConv(nn.Module):
         self.aggregate_first = in_dim <= out_dim
 
     @classmethod
-    def exchanged_width(cls, in_dim: int, out_dim: int) -> int:
+    def layer_options(cls, config, layer: int, num_layers: int) -> dict:
+        """Keyword arguments of layer `layer`'s constructor beyond the widths (GAT: its heads), from the ModelConfig."""
+        return {}
+
+    @classmethod
+    def exchanged_width(cls, in_dim: int, out_dim: int, **layer_options) -> int:
         """Width of the rows this layer puts on the wire (when its inputs are not the cached features)."""
         return min(in_dim, out_dim)
 
     @classmethod
-    def parameter_count(cls, in_dim: int, out_dim: int) -> int:
-        return sum(p.numel() for p in cls(in_dim, out_dim, None, None, "count").parameters())
+    def parameter_count(cls, in_dim: int, out_dim: int, **layer_options) -> int:
+        return sum(p.numel() for p in cls(in_dim, out_dim, None, None, "count", **layer_options).parameters())
 
     def combine(self, op: SparseOperator, source: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
         """Output rows of op's rows from the rows `source` it aggregates (and `root`, those rows' own input)."""
@@ -93,9 +106,19 @@ class DistConv(nn.Module):
                 halo_source=None) -> torch.Tensor:
         return _conv_forward(self, x, x_full, halo_source)
 
-    def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator) -> torch.Tensor:
-        """One sampled block: block_op [n_dst, n_src] already holds the normalisation (and any self loops)."""
+    def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator, ids: torch.Tensor | None = None):
+        """One sampled block: block_op [n_dst, n_src] already holds the normalisation (and any self loops);
+        ids are the original ids of the block's source rows (destinations first)."""
         return self.combine(block_op, self.transform(h_src), h_src[:block_op.shape[0]] if self.needs_root else None)
+
+    def aggregate_rows(self, start: int, stop: int, from_owned: SparseOperator, from_halo: SparseOperator,
+                       owned: torch.Tensor, halo: torch.Tensor) -> torch.Tensor:
+        """Evaluation's chunk of rows [start, stop): their aggregation of transformed owned and halo rows, the
+        operator's rows split at the owned/halo column boundary (no [owned | halo] copy)."""
+        aggregated = spmm(from_owned, owned, self.aggregation_bias)
+        if halo.shape[0]:
+            aggregated += spmm(from_halo, halo)
+        return aggregated
 
 
 def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> torch.Tensor:

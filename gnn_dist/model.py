@@ -133,11 +133,14 @@ class DistGNN(nn.Module):
         self.epoch = 0
         self.exchanger = exchanger
         conv_type = model_class(config.model)
+        layers = config.layers(in_dim, out_dim)
         self.convs = nn.ModuleList(
-            conv_type(i, o, graph.operator, exchanger, slot=f"layer{k}", blocked=graph.blocked)
-            for k, (i, o) in enumerate(config.widths(in_dim, out_dim)))
+            conv_type(i, o, graph.operator, exchanger, slot=f"layer{k}", blocked=graph.blocked, **options)
+            for k, (i, o, options) in enumerate(layers))
+        for conv in self.convs:
+            conv.column_ids = graph.local_ids
         self.norms = nn.ModuleList(
-            DistBatchNorm(config.hidden, exchanger) for _ in range(config.num_layers - 1)) if config.batch_norm else None
+            DistBatchNorm(o, exchanger) for _, o, _ in layers[:-1]) if config.batch_norm else None
         # A private generator: the initial weights depend on the seed alone, not on
         # whatever else consumed torch's global RNG (threads of simulated ranks do).
         generator = torch.Generator().manual_seed(seed)
@@ -151,6 +154,7 @@ class DistGNN(nn.Module):
         h = x_full
         for k, conv in enumerate(self.convs):
             key = stream_key(self.seed, self.epoch, k)
+            conv.pass_key = key
             if k == 0 and graph.blocked is not None:
                 # Sequential halos: the owned and the cached halo input rows stay apart, and each halo block is
                 # upcast (--feature-dtype) and dropped out only while its block is aggregated.
@@ -209,9 +213,7 @@ class DistGNN(nn.Module):
             for start in range(0, n, chunk_nodes):
                 stop = min(n, start + chunk_nodes)
                 from_owned, from_halo = self.graph.rows.rows(start, stop).split_columns(n)
-                aggregated = spmm(from_owned, owned, conv.aggregation_bias)
-                if halo.shape[0]:
-                    aggregated += spmm(from_halo, halo)
+                aggregated = conv.aggregate_rows(start, stop, from_owned, from_halo, owned, halo)
                 y = conv.finish(aggregated, h[start:stop])
                 if k < last:
                     if self.norms is not None:
@@ -240,14 +242,16 @@ def forward_blocks(model: DistGNN, x_src: torch.Tensor, operators: list, node_id
     p = model.config.dropout
     for k, (conv, op) in enumerate(zip(model.convs, operators)):
         h = keyed_dropout(h, node_ids[:h.shape[0]], layer_keys[k], p, model.training, relu=k > 0, inplace=k > 0)
-        h = conv.forward_block(h, op)
+        conv.pass_key = layer_keys[k]
+        h = conv.forward_block(h, op, ids=node_ids[:h.shape[0]])
     return h
 
 
 def exchanged_widths(config: ModelConfig, in_dim: int, out_dim: int) -> list[int]:
     """Width of the rows each layer puts on the wire per direction (0 for the first: cached inputs)."""
     conv_type = model_class(config.model)
-    return [0 if k == 0 else conv_type.exchanged_width(i, o) for k, (i, o) in enumerate(config.widths(in_dim, out_dim))]
+    return [0 if k == 0 else conv_type.exchanged_width(i, o, **options)
+            for k, (i, o, options) in enumerate(config.layers(in_dim, out_dim))]
 
 
 def predicted_halo_bytes_per_epoch(total_halo_rows: int, config: ModelConfig, in_dim: int, out_dim: int,

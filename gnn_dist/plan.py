@@ -117,6 +117,7 @@ class _Sizes:
     touched: int        # owned rows with an entry in one block's columns (at most)
     feature_bytes: int
     sequential: bool
+    entries: int        # the operator's entries (self loops included)
 
 
 def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_classes: int) -> dict[str, MemoryPlan]:
@@ -127,15 +128,15 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     model = config.model
     conv = model_class(model.model)
     nnz = shape.entries + (n if conv.self_loops else 0)
-    widths = model.widths(num_features, num_classes)
-    params = sum(conv.parameter_count(i, o) for i, o in widths)
+    widths = model.layers(num_features, num_classes)
+    params = sum(conv.parameter_count(i, o, **options) for i, o, options in widths)
     params += 2 * model.hidden * (model.num_layers - 1) if model.batch_norm else 0
     peers = [r for r in shape.received_per_peer if r]
     bound = config.halo_block_rows if config.halo_block_rows > 0 else None
     block = min(max(peers, default=0), bound or h)
     sent_block = min(max(shape.sent_per_peer, default=0), bound or S)
     touched = min(n, shape.cut_entries * block // h) if h else 0
-    sizes = _Sizes(n, h, block, sent_block, touched, feature_bytes, sequential)
+    sizes = _Sizes(n, h, block, sent_block, touched, feature_bytes, sequential, nnz)
 
     blocks = sum(-(-r // (bound or r)) for r in peers)
     persistent = {
@@ -180,12 +181,12 @@ def plan_part(shape: PartShape, config: PlanConfig, num_features: int, num_class
 def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: bool) -> None:
     """The model's forward (gnn_dist.model.DistGNN.forward; evaluation differs only in what it keeps)."""
     model = config.model
-    needs_root = model_class(model.model).needs_root
+    conv = model_class(model.model)
+    needs_root = conv.needs_root
     p = model.dropout if training else 0.0
     n = z.n
-    for k, (i, o) in enumerate(widths):
-        aggregate_first = i <= o
-        w = i if aggregate_first else o
+    for k, (i, o, options) in enumerate(widths):
+        aggregate_first, w = _aggregated(conv, i, o, options)
         if k == 0:
             rows = n if z.sequential else n + z.h
             copies = p > 0 or z.feature_bytes != FLOAT
@@ -207,8 +208,12 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
                        + (z.block * i * FLOAT if k == 0 else 0))
         elif k > 0:
             live.alloc("halo rows", (n + z.h) * w * FLOAT)
+        if conv.attention:
+            # the aggregated rows [x W | a_src] stay for the backward (it recomputes the attention from them)
+            live.rename("halo rows" if k > 0 and not z.sequential else "transformed rows",
+                        f"saved source {k}" if training else "source")
         live.alloc("aggregated", n * w * FLOAT)
-        live.free("halo block", "halo rows", "transformed rows")
+        live.free("halo block", "halo rows", "transformed rows", "source")
         keep_input = training and (not aggregate_first or needs_root or (k > 0 and p == 0))
         if keep_input:
             live.rename("layer input", f"saved input {k}")
@@ -226,16 +231,25 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
     live.alloc("loss", 3 * n * widths[-1][1] * FLOAT if training else 0)
 
 
+def _aggregated(conv, i: int, o: int, options: dict) -> tuple[bool, int]:
+    """(whether the layer aggregates its input before transforming it, the width of the rows it aggregates)."""
+    if conv.attention:
+        return False, conv.exchanged_width(i, o, **options)
+    return i <= o, min(i, o)
+
+
 def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
     """Gradients flow back layer by layer; each saved tensor goes when the step that needed it is done."""
     n = z.n
     live.free("layer output")
     live.alloc("output gradient", n * widths[-1][1] * FLOAT)
     live.free("loss")
+    conv = model_class(config.model.model)
     for k in reversed(range(len(widths))):
-        i, o = widths[k]
-        aggregate_first = i <= o
-        w = i if aggregate_first else o
+        i, o, options = widths[k]
+        aggregate_first, w = _aggregated(conv, i, o, options)
+        if conv.attention:
+            live.alloc("attention buffers", 2 * z.entries * options.get("heads", 1) * FLOAT)
         if aggregate_first:
             if k == 0:
                 break  # the first layer aggregates constant inputs: only its weight gradient remains
@@ -247,7 +261,7 @@ def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
         live.alloc("halo gradient", (z.block + max(z.sent_block, z.touched)) * w * FLOAT if z.sequential
                    else (n + z.h) * w * FLOAT)
         live.alloc("input gradient", n * w * FLOAT)
-        live.free("halo gradient", "aggregation gradient")
+        live.free("halo gradient", "aggregation gradient", "attention buffers", f"saved source {k}")
         if not aggregate_first:
             if k == 0:
                 break

@@ -6,7 +6,9 @@
 // loop runs over the contiguous feature dimension so the compiler vectorises it.
 #include <torch/extension.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 #include <ATen/Parallel.h>
 
@@ -279,7 +281,233 @@ std::vector<torch::Tensor> relabel_hop(torch::Tensor nodes, torch::Tensor source
   return {added, positions};
 }
 
+// 5. Graph attention (GAT) over a CSR of destination rows: for row i, head h and entry k (column j),
+//      z = a_src[j, h] + a_dst[i, h],  e = leaky_relu(z, slope),  alpha = softmax of e over the row,
+//      out[i, h, :] = sum_k alpha * keep(i, j, h) * x[j, h, :] (+ bias).
+// A `source` row is [x (heads * width) | a_src (heads)]: the layout one halo exchange moves. No
+// [E x H x C] tensor exists: the forward keeps lse[i, h] (the log of the row's softmax denominator) and
+// the backward recomputes alpha from it. keep() is the attention dropout, hashed from the endpoints' keys
+// as gnn_dist/kernels/attention.py does, so no mask is stored either.
+struct EdgeDropout {
+  const uint32_t* dst_hash;
+  const uint32_t* src_hash;
+  const uint32_t* head_hash;
+  int32_t threshold;
+  double scale;
+  bool on;
+  template <typename scalar_t>
+  inline scalar_t keep(int64_t i, int64_t j, int64_t h) const {
+    if (!on) return scalar_t(1);
+    return static_cast<int32_t>(mix32(dst_hash[i] ^ src_hash[j] ^ head_hash[h])) >= threshold
+               ? static_cast<scalar_t>(scale) : scalar_t(0);
+  }
+};
+
+static EdgeDropout edge_dropout(const torch::Tensor& dst_hash, const torch::Tensor& src_hash,
+                                const torch::Tensor& head_hash, int64_t threshold, double scale, bool on) {
+  if (on)
+    TORCH_CHECK(dst_hash.scalar_type() == torch::kInt32 && src_hash.scalar_type() == torch::kInt32 &&
+                head_hash.scalar_type() == torch::kInt32, "attention dropout hashes: int32");
+  return EdgeDropout{on ? reinterpret_cast<const uint32_t*>(dst_hash.data_ptr<int32_t>()) : nullptr,
+                     on ? reinterpret_cast<const uint32_t*>(src_hash.data_ptr<int32_t>()) : nullptr,
+                     on ? reinterpret_cast<const uint32_t*>(head_hash.data_ptr<int32_t>()) : nullptr,
+                     static_cast<int32_t>(threshold), scale, on};
+}
+
+template <typename scalar_t>
+static inline scalar_t leaky(scalar_t z, scalar_t slope) { return z > 0 ? z : slope * z; }
+
+template <typename scalar_t, typename index_t>
+static void attention_forward_typed(const torch::Tensor& crow, const torch::Tensor& col, const torch::Tensor& source,
+                                    const torch::Tensor& dst_score, const scalar_t* bias, int64_t heads,
+                                    scalar_t slope, const EdgeDropout& drop, torch::Tensor& out, torch::Tensor& lse) {
+  const int64_t rows = crow.size(0) - 1, stride = source.size(1), hc = stride - heads, width = hc / heads;
+  const index_t* cp = crow.data_ptr<index_t>();
+  const index_t* ip = col.data_ptr<index_t>();
+  const scalar_t* src = source.data_ptr<scalar_t>();
+  const scalar_t* ad = dst_score.data_ptr<scalar_t>();
+  scalar_t* y = out.data_ptr<scalar_t>();
+  scalar_t* l = lse.data_ptr<scalar_t>();
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    std::vector<scalar_t> e, mx(heads), sum(heads);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t start = cp[i], stop = cp[i + 1];
+      scalar_t* yi = y + i * hc;
+      for (int64_t f = 0; f < hc; ++f) yi[f] = scalar_t(0);
+      e.resize((stop - start) * heads);
+      for (int64_t h = 0; h < heads; ++h) mx[h] = -std::numeric_limits<scalar_t>::infinity(), sum[h] = 0;
+      for (int64_t k = start; k < stop; ++k) {
+        const scalar_t* sj = src + static_cast<int64_t>(ip[k]) * stride + hc;
+        for (int64_t h = 0; h < heads; ++h) {
+          const scalar_t v = leaky(sj[h] + ad[i * heads + h], slope);
+          e[(k - start) * heads + h] = v;
+          mx[h] = v > mx[h] ? v : mx[h];
+        }
+      }
+      for (int64_t k = start; k < stop; ++k) {
+        const int64_t j = ip[k];
+        const scalar_t* xj = src + j * stride;
+        for (int64_t h = 0; h < heads; ++h) {
+          const scalar_t w = std::exp(e[(k - start) * heads + h] - mx[h]);
+          sum[h] += w;
+          const scalar_t a = w * drop.keep<scalar_t>(i, j, h);
+          if (a == scalar_t(0)) continue;
+          scalar_t* __restrict__ o = yi + h * width;
+          const scalar_t* __restrict__ x = xj + h * width;
+          for (int64_t f = 0; f < width; ++f) o[f] += a * x[f];
+        }
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        if (sum[h] > 0) {
+          const scalar_t inv = scalar_t(1) / sum[h];
+          for (int64_t f = 0; f < width; ++f) yi[h * width + f] *= inv;
+          l[i * heads + h] = mx[h] + std::log(sum[h]);
+        } else {
+          l[i * heads + h] = -std::numeric_limits<scalar_t>::infinity();  // no entry in this row
+        }
+      }
+      if (bias != nullptr)
+        for (int64_t f = 0; f < hc; ++f) yi[f] += bias[f];
+    }
+  });
+}
+
+// Returns {out [rows, heads * width], lse [rows, heads]}.
+std::vector<torch::Tensor> attention_forward(torch::Tensor crow, torch::Tensor col, torch::Tensor source,
+                                             torch::Tensor dst_score, c10::optional<torch::Tensor> bias,
+                                             int64_t heads, double slope, torch::Tensor dst_hash,
+                                             torch::Tensor src_hash, torch::Tensor head_hash, int64_t threshold,
+                                             double scale, bool dropout) {
+  TORCH_CHECK(source.dim() == 2 && source.is_contiguous() && dst_score.is_contiguous(), "contiguous source, scores");
+  TORCH_CHECK(heads >= 1 && (source.size(1) - heads) % heads == 0, "source rows: heads * width features, then heads scores");
+  TORCH_CHECK(crow.scalar_type() == col.scalar_type(), "crow and col: one index dtype");
+  TORCH_CHECK(dst_score.scalar_type() == source.scalar_type(), "one float dtype");
+  const int64_t rows = crow.size(0) - 1, hc = source.size(1) - heads;
+  TORCH_CHECK(dst_score.size(0) == rows && dst_score.size(1) == heads, "dst_score: [rows, heads]");
+  auto out = torch::empty({rows, hc}, source.options());
+  auto lse = torch::empty({rows, heads}, source.options());
+  const EdgeDropout drop = edge_dropout(dst_hash, src_hash, head_hash, threshold, scale, dropout);
+  AT_DISPATCH_FLOATING_TYPES(source.scalar_type(), "attention_forward", [&] {
+    const scalar_t* b = bias.has_value() ? bias->data_ptr<scalar_t>() : nullptr;
+    if (crow.scalar_type() == torch::kInt32)
+      attention_forward_typed<scalar_t, int32_t>(crow, col, source, dst_score, b, heads, slope, drop, out, lse);
+    else
+      attention_forward_typed<scalar_t, int64_t>(crow, col, source, dst_score, b, heads, slope, drop, out, lse);
+  });
+  return {out, lse};
+}
+
+template <typename scalar_t, typename index_t>
+static void attention_backward_typed(const torch::Tensor& crow, const torch::Tensor& col, const torch::Tensor& t_crow,
+                                     const torch::Tensor& t_row, const torch::Tensor& t_perm,
+                                     const torch::Tensor& source, const torch::Tensor& dst_score,
+                                     const torch::Tensor& lse, const torch::Tensor& grad_out,
+                                     const scalar_t* grad_lse, int64_t heads, scalar_t slope, const EdgeDropout& drop,
+                                     torch::Tensor& grad_source, torch::Tensor& grad_dst) {
+  const int64_t rows = crow.size(0) - 1, cols = t_crow.size(0) - 1, stride = source.size(1), hc = stride - heads,
+                width = hc / heads, nnz = col.size(0);
+  const index_t* cp = crow.data_ptr<index_t>();
+  const index_t* ip = col.data_ptr<index_t>();
+  const index_t* tcp = t_crow.data_ptr<index_t>();
+  const index_t* trp = t_row.data_ptr<index_t>();
+  const index_t* tpp = t_perm.data_ptr<index_t>();
+  const scalar_t* src = source.data_ptr<scalar_t>();
+  const scalar_t* ad = dst_score.data_ptr<scalar_t>();
+  const scalar_t* l = lse.data_ptr<scalar_t>();
+  const scalar_t* g = grad_out.data_ptr<scalar_t>();
+  scalar_t* gd = grad_dst.data_ptr<scalar_t>();
+  scalar_t* gs = grad_source.data_ptr<scalar_t>();
+  // Per entry and head: the weight applied to x (alpha * keep) and dL/dz. [E x H], never [E x H x C].
+  std::vector<scalar_t> weight(nnz * heads), dz(nnz * heads);
+  // Pass 1, over destination rows: softmax backward needs the row's sum of alpha * dL/dalpha first.
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    std::vector<scalar_t> delta(heads);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t start = cp[i], stop = cp[i + 1];
+      const scalar_t* gi = g + i * hc;
+      for (int64_t h = 0; h < heads; ++h) delta[h] = grad_lse != nullptr ? -grad_lse[i * heads + h] : scalar_t(0);
+      for (int64_t k = start; k < stop; ++k) {
+        const int64_t j = ip[k];
+        const scalar_t* xj = src + j * stride;
+        for (int64_t h = 0; h < heads; ++h) {
+          const scalar_t alpha = std::exp(leaky(xj[hc + h] + ad[i * heads + h], slope) - l[i * heads + h]);
+          const scalar_t kept = drop.keep<scalar_t>(i, j, h);
+          scalar_t dot = 0;
+          if (kept != scalar_t(0)) {
+            const scalar_t* __restrict__ x = xj + h * width;
+            const scalar_t* __restrict__ gh = gi + h * width;
+            for (int64_t f = 0; f < width; ++f) dot += x[f] * gh[f];
+            dot *= kept;
+          }
+          weight[k * heads + h] = alpha * kept;
+          dz[k * heads + h] = dot;  // dL/dalpha for now
+          delta[h] += alpha * dot;
+        }
+      }
+      for (int64_t h = 0; h < heads; ++h) gd[i * heads + h] = 0;
+      for (int64_t k = start; k < stop; ++k) {
+        const scalar_t* xj = src + static_cast<int64_t>(ip[k]) * stride;
+        for (int64_t h = 0; h < heads; ++h) {
+          const scalar_t z = xj[hc + h] + ad[i * heads + h];
+          const scalar_t alpha = std::exp(leaky(z, slope) - l[i * heads + h]);
+          const scalar_t de = alpha * (dz[k * heads + h] - delta[h]);
+          const scalar_t d = z > 0 ? de : slope * de;
+          dz[k * heads + h] = d;
+          gd[i * heads + h] += d;
+        }
+      }
+    }
+  });
+  // Pass 2, over source columns (the transpose): each source row gathers its gradient, no atomics.
+  at::parallel_for(0, cols, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j) {
+      scalar_t* gj = gs + j * stride;
+      for (int64_t f = 0; f < stride; ++f) gj[f] = scalar_t(0);
+      for (int64_t t = tcp[j]; t < tcp[j + 1]; ++t) {
+        const int64_t i = trp[t], k = tpp[t];
+        const scalar_t* gi = g + i * hc;
+        for (int64_t h = 0; h < heads; ++h) {
+          gj[hc + h] += dz[k * heads + h];
+          const scalar_t a = weight[k * heads + h];
+          if (a == scalar_t(0)) continue;
+          scalar_t* __restrict__ o = gj + h * width;
+          const scalar_t* __restrict__ gh = gi + h * width;
+          for (int64_t f = 0; f < width; ++f) o[f] += a * gh[f];
+        }
+      }
+    }
+  });
+}
+
+// Returns {grad_source [cols, heads * width + heads], grad_dst_score [rows, heads]}. grad_lse (optional) is
+// the gradient reaching lse itself, when partial results over column blocks are merged by their lse.
+std::vector<torch::Tensor> attention_backward(torch::Tensor crow, torch::Tensor col, torch::Tensor t_crow,
+                                              torch::Tensor t_row, torch::Tensor t_perm, torch::Tensor source,
+                                              torch::Tensor dst_score, torch::Tensor lse, torch::Tensor grad_out,
+                                              c10::optional<torch::Tensor> grad_lse, int64_t heads, double slope,
+                                              torch::Tensor dst_hash, torch::Tensor src_hash, torch::Tensor head_hash,
+                                              int64_t threshold, double scale, bool dropout) {
+  TORCH_CHECK(grad_out.is_contiguous() && source.is_contiguous() && lse.is_contiguous(), "contiguous inputs");
+  for (const auto& t : {col, t_crow, t_row, t_perm})
+    TORCH_CHECK(t.scalar_type() == crow.scalar_type(), "one index dtype for the CSR and its transpose");
+  auto grad_source = torch::empty_like(source);
+  auto grad_dst = torch::empty_like(dst_score);
+  const EdgeDropout drop = edge_dropout(dst_hash, src_hash, head_hash, threshold, scale, dropout);
+  AT_DISPATCH_FLOATING_TYPES(source.scalar_type(), "attention_backward", [&] {
+    const scalar_t* gl = grad_lse.has_value() ? grad_lse->data_ptr<scalar_t>() : nullptr;
+    if (crow.scalar_type() == torch::kInt32)
+      attention_backward_typed<scalar_t, int32_t>(crow, col, t_crow, t_row, t_perm, source, dst_score, lse, grad_out,
+                                                  gl, heads, slope, drop, grad_source, grad_dst);
+    else
+      attention_backward_typed<scalar_t, int64_t>(crow, col, t_crow, t_row, t_perm, source, dst_score, lse, grad_out,
+                                                  gl, heads, slope, drop, grad_source, grad_dst);
+  });
+  return {grad_source, grad_dst};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("attention_forward", &attention_forward, "GAT edge softmax and aggregation over a CSR");
+  m.def("attention_backward", &attention_backward, "its backward, recomputing the attention");
   m.def("relabel_hop", &relabel_hop, "positions of a hop's sources in [nodes | new sources]");
   m.def("sample_rows", &sample_rows, "keyed uniform neighbour sampling without replacement");
   m.def("csr_spmm", &csr_spmm, "CSR sparse x dense (+ bias)");

@@ -10,11 +10,13 @@ from gnn_dist.models import model_class
 
 
 class PygModel(nn.Module):
-    def __init__(self, model: str, widths: list[tuple[int, int]], batch_norm: bool):
+    def __init__(self, model: str, widths: list[tuple], batch_norm: bool):
+        """widths: (in, out) per layer, or (in, out, layer options) as ModelConfig.layers gives them (GAT's heads)."""
         super().__init__()
         self.model = model
-        self.convs = nn.ModuleList(model_class(model).pyg_conv(i, o) for i, o in widths)
-        self.norms = nn.ModuleList(nn.BatchNorm1d(o) for _, o in widths[:-1]) if batch_norm else None
+        self.convs = nn.ModuleList(model_class(model).pyg_conv(i, o, **(rest[0] if rest else {}))
+                                   for i, o, *rest in widths)
+        self.norms = nn.ModuleList(nn.BatchNorm1d(w[1]) for w in widths[:-1]) if batch_norm else None
 
     def forward(self, x, edge_index):
         for k, conv in enumerate(self.convs):

@@ -105,7 +105,7 @@ def assert_equal_to_pyg(results: list[tuple], config: TrainConfig, graph) -> Non
     """The ranks' logits, loss and gradients (one_step_on_every_rank) equal PyG's on the whole graph."""
     params = results[0][3]
     model = config.model
-    widths = model.widths(graph.num_features, graph.num_classes)
+    widths = model.layers(graph.num_features, graph.num_classes)
     ref_logits, ref_loss, ref_grads = reference_logits_and_grads(
         graph, model.model, widths, model.batch_norm, {k: v.double() for k, v in params.items()})
     logits = torch.zeros(graph.num_nodes, graph.num_classes, dtype=torch.float64)

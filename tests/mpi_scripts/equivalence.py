@@ -25,6 +25,7 @@ parser.add_argument("--model", default="gcn")
 parser.add_argument("--hidden", type=int, default=16)
 parser.add_argument("--num-layers", type=int, default=2)
 parser.add_argument("--batch-norm", action="store_true")
+parser.add_argument("--heads", type=int, default=1)
 parser.add_argument("--halo-memory", default="resident")
 parser.add_argument("--halo-block-rows", type=int, default=0)
 args = parser.parse_args()
@@ -33,7 +34,7 @@ ctx = RankContext(make_world_comm())
 config = TrainConfig(parts=args.parts, epochs=0, progress=False, seed=11, halo_memory=args.halo_memory,
                      halo_block_rows=args.halo_block_rows,
                      model=ModelConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers,
-                                       dropout=0.0, batch_norm=args.batch_norm))
+                                       dropout=0.0, batch_norm=args.batch_norm, heads=args.heads))
 state = setup(ctx, config)
 loss = state.step.compute_gradients(epoch=0)
 state.model.train()
@@ -44,7 +45,7 @@ if ctx.is_root:
     graph = load_dataset(args.dataset, args.root)
     params = {k: p.detach().double() for k, p in state.model.named_parameters()}
     ref_logits, ref_loss, ref_grads = reference_logits_and_grads(
-        graph, args.model, config.model.widths(graph.num_features, graph.num_classes), args.batch_norm, params)
+        graph, args.model, config.model.layers(graph.num_features, graph.num_classes), args.batch_norm, params)
     full = torch.zeros_like(ref_logits)
     for node_ids, rank_logits in gathered:
         full[node_ids] = rank_logits.double()

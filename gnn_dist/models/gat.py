@@ -1,0 +1,152 @@
+"""GAT (Velickovic et al.) as PyG's GATConv computes it, with H heads concatenated in hidden layers.
+
+    x' = x W^T viewed [N, H, C];  a_src = <x'_j, att_src>,  a_dst = <x'_i, att_dst>   (per head)
+    alpha_ij = softmax over j in N(i) + {i} of leaky_relu(a_src_j + a_dst_i, 0.2)
+    out_i = concat over heads of sum_j alpha_ij * x'_j  + bias
+
+Hidden layers have `--heads` heads of width `--hidden` (so they output heads * hidden columns); the output
+layer has one head. Self loops are in the operator (one per row); the operator's values are not used.
+
+Across ranks: a rank owns its destination rows, so each row's softmax is local. The rows that travel are
+[x' | a_src] of the owned nodes (heads * C + heads columns); a_dst never leaves its rank. Attention dropout
+(`--attn-dropout`) is keyed by (seed, epoch, layer, original source id, original destination id, head), so
+every P keeps the same attention entries. The aggregation runs in kernels/attention.py.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from gnn_dist.dropout import mix32_reference
+from gnn_dist.kernels.attention import EdgeDropout, attention, merge
+from gnn_dist.kernels.spmm import SparseOperator
+from gnn_dist.layers import DistConv, glorot_
+from gnn_dist.models.registry import register_model
+
+_ATTENTION_SALT = 0x68E31DA4  # attention masks draw apart from the same layer's feature dropout
+
+
+@register_model
+class DistGATConv(DistConv):
+    name = "gat"
+    needs_root = False
+    self_loops = True
+    attention = True
+    multi_head = True
+
+    def __init__(self, in_dim, out_dim, operator, exchanger, slot, blocked=None, heads: int = 1,
+                 attn_dropout: float = 0.0):
+        if out_dim % heads:
+            raise ValueError(f"GAT layer: {out_dim} output columns do not split into {heads} heads")
+        super().__init__(in_dim, out_dim, operator, exchanger, slot, blocked)
+        self.heads = heads
+        self.head_width = out_dim // heads
+        self.attn_dropout = attn_dropout
+        self.aggregate_first = False  # attention needs the transformed rows: transform, then aggregate
+        self.lin = nn.Linear(in_dim, out_dim, bias=False)
+        self.att_src = nn.Parameter(torch.empty(1, heads, self.head_width))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, self.head_width))
+        self.bias = nn.Parameter(torch.zeros(out_dim))
+        self.reset_parameters()
+
+    @classmethod
+    def layer_options(cls, config, layer: int, num_layers: int) -> dict:
+        last = layer == num_layers - 1
+        p = config.dropout if config.attn_dropout is None else config.attn_dropout
+        return {"heads": 1 if last else config.heads, "attn_dropout": p}
+
+    @classmethod
+    def exchanged_width(cls, in_dim: int, out_dim: int, heads: int = 1, **_) -> int:
+        return out_dim + heads  # [x W | a_src]
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        # PyG's GATConv: glorot on the weight and on each attention vector ([heads, C]), zero bias.
+        glorot_(self.lin.weight, generator)
+        bound = math.sqrt(6.0 / (self.heads + self.head_width))
+        with torch.no_grad():
+            self.att_src.uniform_(-bound, bound, generator=generator)
+            self.att_dst.uniform_(-bound, bound, generator=generator)
+            self.bias.zero_()
+
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        """[x W | a_src]: the rows every destination aggregates. Shapes: [n, in_dim] -> [n, out_dim + heads]."""
+        x = h @ self.lin.weight.t()
+        a_src = (x.view(-1, self.heads, self.head_width) * self.att_src).sum(-1)
+        return torch.cat([x, a_src], 1)
+
+    def destination_scores(self, source_rows: torch.Tensor) -> torch.Tensor:
+        """a_dst of rows whose [x W | a_src] are given. Shapes: [n, out_dim + heads] -> [n, heads]."""
+        x = source_rows[:, :self.out_dim]
+        return (x.reshape(-1, self.heads, self.head_width) * self.att_dst).sum(-1)
+
+    aggregation_bias = None
+
+    def finish(self, aggregated: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
+        return aggregated
+
+    def _edge_dropout(self, row_ids: torch.Tensor | None, col_ids: torch.Tensor | None) -> EdgeDropout | None:
+        if not self.training or self.attn_dropout == 0.0:
+            return None
+        if row_ids is None or col_ids is None or self.pass_key is None:
+            raise RuntimeError("GAT attention dropout needs the pass key and node ids (set by the model stack)")
+        key = mix32_reference(self.pass_key ^ _ATTENTION_SALT)
+        return EdgeDropout.keyed(row_ids, col_ids, self.heads, key, self.attn_dropout)
+
+    def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None,
+                halo_source=None) -> torch.Tensor:
+        if self.blocked is not None:
+            raise RuntimeError("GAT with --halo-memory sequential is not supported yet")
+        if isinstance(x, list):
+            x = x.pop()
+        if x_full is not None:
+            source = self.transform(x_full)  # the first layer: halo inputs are the cached features
+        else:
+            source = self.exchanger.gather(self.transform(x), self.slot)
+            del x
+        n = self.operator.shape[0]
+        ids = self.column_ids
+        dropout = self._edge_dropout(None if ids is None else ids[:n], ids)
+        return attention(self.operator, source, self.destination_scores(source[:n]), self.heads, self.bias, dropout)
+
+    def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator, ids: torch.Tensor | None = None):
+        source = self.transform(h_src)
+        n_dst = block_op.shape[0]
+        dropout = self._edge_dropout(None if ids is None else ids[:n_dst], ids)
+        return attention(block_op, source, self.destination_scores(source[:n_dst]), self.heads, self.bias, dropout)
+
+    def aggregate_rows(self, start: int, stop: int, from_owned: SparseOperator, from_halo: SparseOperator,
+                       owned: torch.Tensor, halo: torch.Tensor) -> torch.Tensor:
+        """Evaluation's row chunk: owned and halo columns apart, joined by their softmax denominators."""
+        dst = self.destination_scores(owned[start:stop])
+        result = attention(from_owned, owned, dst, self.heads, with_lse=True)
+        if halo.shape[0]:
+            result = merge(result, attention(from_halo, halo, dst, self.heads, with_lse=True), self.heads)
+        return result[0] + self.bias
+
+    @staticmethod
+    def normalise(rows: np.ndarray, cols: np.ndarray, deg: np.ndarray, start: int, n_rows: int):
+        # The operator is only the pattern (values unused): every in-edge and one self loop per row, as PyG's
+        # GATConv adds them (the partitioner has already dropped self loops of the input graph).
+        rows = np.concatenate([rows, np.arange(n_rows, dtype=np.int64)])
+        cols = np.concatenate([cols, np.arange(start, start + n_rows, dtype=np.int64)])
+        return rows, cols, np.ones(rows.shape[0])
+
+    @staticmethod
+    def block_operator(block) -> SparseOperator:
+        loops = torch.arange(block.n_dst, dtype=torch.int64)
+        rows = torch.cat([block.dst, loops])
+        cols = torch.cat([block.src, loops])
+        return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0]), (block.n_dst, block.n_src))
+
+    @staticmethod
+    def pyg_conv(in_dim: int, out_dim: int, heads: int = 1, attn_dropout: float = 0.0) -> nn.Module:
+        from torch_geometric.nn import GATConv
+
+        return GATConv(in_dim, out_dim // heads, heads=heads, concat=True, dropout=attn_dropout)
+
+    @staticmethod
+    def pyg_parameter_names() -> dict[str, str]:
+        return {name: name for name in ("lin.weight", "att_src", "att_dst", "bias")}

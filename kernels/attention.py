@@ -1,0 +1,188 @@
+"""Graph attention over a fixed CSR (GAT's edge softmax and weighted aggregation), with autograd.
+
+For destination row i, head h and each entry (i, j) of the row:
+
+    z = a_src[j, h] + a_dst[i, h];   e = leaky_relu(z, slope);   alpha = softmax of e over row i
+    out[i, h, :] = sum_j alpha * keep(i, j, h) / (1 - p) * x[j, h, :]  (+ bias)
+
+`source` rows are [x (heads * width) | a_src (heads)]: the one row per node
+that a halo exchange moves. keep() is the attention dropout, keyed by the
+endpoints' original ids (gnn_dist.dropout's hash), so no mask is drawn from a
+generator and every P keeps the same entries.
+
+The native kernel (kernels/native_kernels.cpp) never forms an [E x H x C]
+tensor: the forward keeps lse[i, h], the log of row i's softmax denominator,
+and the backward recomputes alpha from it (two [E x H] buffers). The torch
+fallback forms it, as PyG's GATConv does; both give the same results
+(tests/test_attention.py).
+
+A partial result over some of a row's columns is (out, lse); `merge` joins two
+of them exactly (the online softmax), so rows split by columns, as in
+layer-wise evaluation, need no [owned | halo] copy of the source.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from gnn_dist.dropout import _GOLDEN, _to_int32, _wrap_int32, mix32
+from gnn_dist.kernels.native import native_module
+from gnn_dist.kernels.spmm import SparseOperator
+
+NEGATIVE_SLOPE = 0.2  # PyG's GATConv default
+_NO_HASH = torch.zeros(0, dtype=torch.int32)
+
+
+@dataclass(frozen=True)
+class EdgeDropout:
+    """Attention dropout: entry (i, j, head h) is kept when mix32(dst_hash[i] ^ src_hash[j] ^ head_hash[h]),
+    read as int32, is at least `threshold` (probability 1 - p)."""
+
+    dst_hash: torch.Tensor  # int32 [n_rows]
+    src_hash: torch.Tensor  # int32 [n_cols]
+    head_hash: torch.Tensor  # int32 [heads]
+    threshold: int
+    scale: float
+
+    @classmethod
+    def keyed(cls, dst_ids: torch.Tensor, src_ids: torch.Tensor, heads: int, key: int, p: float) -> EdgeDropout:
+        """Masks of the rows with original ids dst_ids and the columns with original ids src_ids."""
+        key32 = _to_int32(key)
+        return cls(dst_hash=mix32(_wrap_int32(dst_ids.to(torch.int64) * _GOLDEN) ^ key32),
+                   src_hash=mix32(_wrap_int32(src_ids.to(torch.int64) * 0x85EBCA77 + 1) ^ _to_int32(key * 3 + 1)),
+                   head_hash=mix32(_wrap_int32(torch.arange(heads, dtype=torch.int64) * 0x27D4EB2F + 0x165667B1)),
+                   threshold=int(p * (1 << 32)) - (1 << 31), scale=1.0 / (1.0 - p))
+
+    def rows(self, start: int, stop: int) -> EdgeDropout:
+        return EdgeDropout(self.dst_hash[start:stop], self.src_hash, self.head_hash, self.threshold, self.scale)
+
+    def columns(self, start: int, stop: int) -> EdgeDropout:
+        return EdgeDropout(self.dst_hash, self.src_hash[start:stop], self.head_hash, self.threshold, self.scale)
+
+    def factors(self, rows: torch.Tensor, cols: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """[E, heads]: 1 / (1 - p) where kept, 0 where dropped (the fallback's mask)."""
+        word = mix32((self.dst_hash[rows] ^ self.src_hash[cols])[:, None] ^ self.head_hash[None, :])
+        return (word >= self.threshold).to(dtype) * self.scale
+
+    def kernel_args(self) -> tuple:
+        return self.dst_hash, self.src_hash, self.head_hash, self.threshold, self.scale, True
+
+
+_NO_DROPOUT_ARGS = (_NO_HASH, _NO_HASH, _NO_HASH, 0, 1.0, False)
+
+
+@dataclass(frozen=True)
+class _Transpose:
+    crow: torch.Tensor  # [n_cols + 1]
+    row: torch.Tensor   # [nnz]: the destination row of each transposed entry
+    perm: torch.Tensor  # [nnz]: its position in the forward CSR
+
+
+# One transpose per operator (every GAT layer of a rank shares its operator), dropped with the operator. Keyed
+# by id: a weak-keyed dict would compare two tensors with ==, which is elementwise.
+_TRANSPOSES: dict[int, tuple[weakref.ref, _Transpose]] = {}
+
+
+def _transpose(op: SparseOperator) -> _Transpose:
+    """The operator's entries ordered by column, with each one's forward position (for the backward's gathers)."""
+    key = id(op.matrix)
+    entry = _TRANSPOSES.get(key)
+    cached = entry[1] if entry is not None and entry[0]() is op.matrix else None
+    if cached is None:
+        crow, col = op.matrix.crow_indices(), op.matrix.col_indices()
+        n_rows, n_cols = op.shape
+        row = torch.repeat_interleave(torch.arange(n_rows, dtype=col.dtype), (crow[1:] - crow[:-1]).to(torch.int64))
+        perm = torch.argsort(col, stable=True)  # within a column, rows ascend: CSR order of the transpose
+        t_crow = torch.zeros(n_cols + 1, dtype=torch.int64)
+        t_crow[1:] = torch.cumsum(torch.bincount(col.to(torch.int64), minlength=n_cols), 0)
+        cached = _Transpose(t_crow.to(col.dtype), row[perm].contiguous(), perm.to(col.dtype))
+        _TRANSPOSES[key] = (weakref.ref(op.matrix, lambda _, key=key: _TRANSPOSES.pop(key, None)), cached)
+    return cached
+
+
+def attention(op: SparseOperator, source: torch.Tensor, dst_score: torch.Tensor, heads: int,
+              bias: torch.Tensor | None = None, dropout: EdgeDropout | None = None,
+              slope: float = NEGATIVE_SLOPE, with_lse: bool = False):
+    """Attention-weighted aggregation of `source` rows over op's entries (op's values are ignored).
+
+    Shapes:
+        op: [n_rows, n_cols]; source: [n_cols, heads * C + heads]; dst_score: [n_rows, heads]; bias: [heads * C]
+        -> out [n_rows, heads * C] (and lse [n_rows, heads] with with_lse)
+    """
+    if source.shape[0] != op.shape[1] or dst_score.shape != (op.shape[0], heads):
+        raise ValueError(f"attention: operator {op.shape}, source {tuple(source.shape)}, "
+                         f"dst_score {tuple(dst_score.shape)} with {heads} heads do not fit")
+    native = native_module()
+    if native is not None and source.dtype in (torch.float32, torch.float64) and source.device.type == "cpu":
+        out, lse = _NativeAttention.apply(op, source.contiguous(), dst_score.contiguous(), bias, heads, slope,
+                                          dropout, native)
+    else:
+        out, lse = _torch_attention(op, source, dst_score, heads, bias, dropout, slope)
+    return (out, lse) if with_lse else out
+
+
+def merge(first: tuple[torch.Tensor, torch.Tensor], second: tuple[torch.Tensor, torch.Tensor],
+          heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Join two partial results (out, lse) of the same rows over disjoint columns: the online softmax step.
+
+    Each part is normalised by its own denominator exp(lse); the whole is their
+    mix weighted by each one's share of the joint denominator. A part with no
+    entry in a row (lse = -inf) gets weight 0. Neither part may carry a bias.
+    """
+    (out_a, lse_a), (out_b, lse_b) = first, second
+    lse = torch.logaddexp(lse_a, lse_b)
+    safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    wa, wb = torch.exp(lse_a - safe), torch.exp(lse_b - safe)
+    n = out_a.shape[0]
+    out = (out_a.view(n, heads, -1) * wa[:, :, None] + out_b.view(n, heads, -1) * wb[:, :, None]).view(n, -1)
+    return out, lse
+
+
+class _NativeAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, op, source, dst_score, bias, heads, slope, dropout, native):  # type: ignore[override]
+        drop_args = dropout.kernel_args() if dropout is not None else _NO_DROPOUT_ARGS
+        crow, col = op.matrix.crow_indices(), op.matrix.col_indices()
+        b = None if bias is None else bias.to(source.dtype).contiguous()
+        out, lse = native.attention_forward(crow, col, source, dst_score, b, heads, slope, *drop_args)
+        ctx.save_for_backward(source, dst_score, lse)
+        ctx.op, ctx.heads, ctx.slope, ctx.drop_args, ctx.native = op, heads, slope, drop_args, native
+        ctx.has_bias = bias is not None
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
+        source, dst_score, lse = ctx.saved_tensors
+        op = ctx.op
+        t = _transpose(op)
+        grad_out = grad_out.to(source.dtype).contiguous()
+        grad_lse = None if grad_lse is None else grad_lse.to(source.dtype).contiguous()
+        grad_source, grad_dst = ctx.native.attention_backward(
+            op.matrix.crow_indices(), op.matrix.col_indices(), t.crow, t.row, t.perm, source, dst_score, lse,
+            grad_out, grad_lse, ctx.heads, ctx.slope, *ctx.drop_args)
+        grad_bias = grad_out.sum(0) if ctx.has_bias and ctx.needs_input_grad[3] else None
+        return None, grad_source, grad_dst, grad_bias, None, None, None, None
+
+
+def _torch_attention(op: SparseOperator, source: torch.Tensor, dst_score: torch.Tensor, heads: int,
+                     bias: torch.Tensor | None, dropout: EdgeDropout | None, slope: float):
+    """The fallback: the same computation with torch ops (autograd differentiates it); forms [E x H x C]."""
+    crow, col = op.matrix.crow_indices().to(torch.int64), op.matrix.col_indices().to(torch.int64)
+    n_rows = op.shape[0]
+    row = torch.repeat_interleave(torch.arange(n_rows), crow[1:] - crow[:-1])
+    hc = source.shape[1] - heads
+    x, a_src = source[:, :hc].view(-1, heads, hc // heads), source[:, hc:]
+    e = torch.nn.functional.leaky_relu(a_src[col] + dst_score[row], slope)  # [E, H]
+    index = row[:, None].expand(-1, heads)
+    peak = torch.full((n_rows, heads), float("-inf"), dtype=e.dtype).scatter_reduce(0, index, e, "amax")
+    w = torch.exp(e - peak.detach()[row])
+    total = torch.zeros(n_rows, heads, dtype=e.dtype).index_add(0, row, w)
+    alpha = w / total[row]
+    lse = torch.where(total > 0, peak.detach() + torch.log(total), torch.full_like(total, float("-inf")))
+    if dropout is not None:
+        alpha = alpha * dropout.factors(row, col, alpha.dtype)
+    out = torch.zeros(n_rows, heads, hc // heads, dtype=source.dtype).index_add(0, row, alpha[:, :, None] * x[col])
+    out = out.view(n_rows, hc)
+    return (out if bias is None else out + bias), lse

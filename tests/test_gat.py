@@ -1,0 +1,162 @@
+"""GAT (--model gat): the attention kernels against their torch fallback, PyG's GATConv and gradcheck; the
+distributed model against PyG's GATConv stack on the whole graph at P = 1, 2, 4; keyed attention dropout."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gnn_dist.config import ModelConfig, TrainConfig
+from gnn_dist.kernels.attention import EdgeDropout, _torch_attention, attention, merge
+from gnn_dist.kernels.native import native_module
+from gnn_dist.kernels.spmm import SparseOperator
+from gnn_dist.partition.datasets import load_dataset
+from tests.test_halo_fake import assert_equal_to_pyg, one_step_on_every_rank
+
+
+def random_operator(n_rows: int, n_cols: int, nnz: int, seed: int, loops: bool = True,
+                    empty_rows: int = 0) -> SparseOperator:
+    """A random pattern without repeated entries; self loops (i, i) on every row but the last `empty_rows`, which
+    have no entry at all (a row of a column block that has none)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randint(0, n_rows - empty_rows, (nnz,), generator=g)
+    cols = torch.randint(0, n_cols, (nnz,), generator=g)
+    if loops:
+        rows = torch.cat([rows, torch.arange(n_rows - empty_rows)])
+        cols = torch.cat([cols, torch.arange(n_rows - empty_rows)])
+    unique = torch.unique(rows * n_cols + cols)
+    rows, cols = unique // n_cols, unique % n_cols
+    return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0]), (n_rows, n_cols))
+
+
+def inputs(op: SparseOperator, heads: int, width: int, seed: int, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    source = torch.randn(op.shape[1], heads * width + heads, generator=g, dtype=dtype).requires_grad_()
+    dst = torch.randn(op.shape[0], heads, generator=g, dtype=dtype).requires_grad_()
+    bias = torch.randn(heads * width, generator=g, dtype=dtype).requires_grad_()
+    return source, dst, bias
+
+
+def dropout_for(op: SparseOperator, heads: int, p: float = 0.4) -> EdgeDropout:
+    return EdgeDropout.keyed(torch.arange(op.shape[0]) * 13 + 5, torch.arange(op.shape[1]) * 13 + 5, heads, 987, p)
+
+
+needs_native = pytest.mark.skipif(native_module() is None, reason="the native kernel could not be built here")
+
+KERNEL_CASES = [
+    # (heads, width, empty rows): several heads; a single head; odd widths; rows with no entry
+    (4, 8, 0), (1, 7, 0), (3, 5, 3), (2, 1, 0),
+]
+
+
+@needs_native
+@pytest.mark.parametrize("heads, width, empty_rows", KERNEL_CASES)
+@pytest.mark.parametrize("with_dropout", [False, True])
+def test_native_kernel_equals_the_torch_fallback(heads, width, empty_rows, with_dropout):
+    op = random_operator(30, 45, 160, seed=heads * 10 + width, empty_rows=empty_rows)
+    source, dst, bias = inputs(op, heads, width, seed=1)
+    drop = dropout_for(op, heads) if with_dropout else None
+    out, lse = attention(op, source, dst, heads, bias, drop, with_lse=True)
+    ref_out, ref_lse = _torch_attention(op, source, dst, heads, bias, drop, 0.2)
+    assert torch.allclose(out, ref_out, atol=1e-12) and torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+    finite = torch.isfinite(ref_lse)
+    assert torch.allclose(lse[finite], ref_lse[finite], atol=1e-12)
+    if with_dropout:  # the mask is applied, not only computed
+        assert not torch.allclose(out, attention(op, source, dst, heads, bias))
+    g = torch.randn_like(out)
+    gl = torch.where(finite, torch.randn_like(lse), torch.zeros_like(lse))
+    ours = torch.autograd.grad((out * g).sum() + (torch.where(finite, lse, 0) * gl).sum(), [source, dst, bias])
+    theirs = torch.autograd.grad((ref_out * g).sum() + (torch.where(finite, ref_lse, 0) * gl).sum(),
+                                 [source, dst, bias])
+    for a, b in zip(ours, theirs):
+        assert torch.allclose(a, b, atol=1e-12)
+    if empty_rows:  # a row with no entry aggregates nothing: the bias alone
+        assert torch.equal(out[-empty_rows:], bias.detach().expand(empty_rows, -1))
+
+
+@needs_native
+@pytest.mark.parametrize("heads, width, empty_rows", KERNEL_CASES)
+def test_native_kernel_passes_gradcheck(heads, width, empty_rows):
+    op = random_operator(12, 16, 40, seed=heads + width, empty_rows=empty_rows)
+    source, dst, bias = inputs(op, heads, width, seed=2)
+    drop = dropout_for(op, heads, 0.3)
+    finite = torch.arange(12) < 12 - empty_rows
+
+    def f(source, dst, bias):
+        out, lse = attention(op, source, dst, heads, bias, drop, with_lse=True)
+        return out, lse[finite]
+
+    assert torch.autograd.gradcheck(f, (source, dst, bias))
+
+
+def test_attention_dropout_keeps_its_share_and_depends_on_the_ids_only():
+    op = random_operator(400, 400, 6000, seed=3)
+    crow = op.matrix.crow_indices().to(torch.int64)
+    rows = torch.repeat_interleave(torch.arange(400), crow[1:] - crow[:-1])
+    cols = op.matrix.col_indices().to(torch.int64)
+    ids = torch.randperm(400, generator=torch.Generator().manual_seed(0)) * 3
+    kept = EdgeDropout.keyed(ids, ids, 4, 77, 0.25).factors(rows, cols, torch.float64) > 0
+    assert abs(kept.double().mean().item() - 0.75) < 0.02
+    # the same (destination id, source id) pairs, listed in another order, keep the same entries
+    order = torch.randperm(rows.shape[0], generator=torch.Generator().manual_seed(1))
+    perm_ids = EdgeDropout.keyed(ids[rows[order]], ids[cols[order]], 4, 77, 0.25)
+    again = perm_ids.factors(torch.arange(rows.shape[0]), torch.arange(rows.shape[0]), torch.float64) > 0
+    assert torch.equal(again, kept[order])
+    # heads and keys draw apart
+    assert not torch.equal(kept[:, 0], kept[:, 1])
+    other = EdgeDropout.keyed(ids, ids, 4, 78, 0.25).factors(rows, cols, torch.float64) > 0
+    assert (other != kept).double().mean() > 0.2
+
+
+@pytest.mark.parametrize("split", [0, 20, 45])
+def test_merging_column_blocks_equals_the_whole_rows(split):
+    op = random_operator(30, 45, 200, seed=5)
+    source, dst, _ = inputs(op, 3, 4, seed=3)
+    whole = attention(op, source, dst, 3, with_lse=True)
+    left, right = op.split_columns(split)
+    parts = merge(attention(left, source[:split], dst, 3, with_lse=True),
+                  attention(right, source[split:], dst, 3, with_lse=True), 3)
+    assert torch.allclose(parts[0], whole[0], atol=1e-12) and torch.allclose(parts[1], whole[1], atol=1e-12)
+
+
+def test_one_layer_equals_pyg_gatconv():
+    from torch_geometric.nn import GATConv
+
+    from gnn_dist.models.gat import DistGATConv
+
+    g = torch.Generator().manual_seed(4)
+    n, f, heads, width = 50, 6, 3, 5
+    edge_index = torch.randint(0, n, (2, 300), generator=g)
+    edge_index = torch.unique(edge_index[:, edge_index[0] != edge_index[1]], dim=1)
+    theirs = GATConv(f, width, heads=heads).double()
+    rows, cols, values = DistGATConv.normalise(edge_index[1].numpy(), edge_index[0].numpy(), None, 0, n)
+    op = SparseOperator.from_coo(torch.from_numpy(rows), torch.from_numpy(cols), torch.from_numpy(values), (n, n))
+    ours = DistGATConv(f, heads * width, op, None, "layer0", heads=heads).double()
+    with torch.no_grad():
+        for name in DistGATConv.pyg_parameter_names():
+            ours.get_parameter(name).copy_(theirs.get_parameter(name))
+    x = torch.randn(n, f, generator=g, dtype=torch.float64)
+    assert (ours(x_full=x) - theirs(x, edge_index)).abs().max() <= 1e-12
+
+
+@pytest.mark.parametrize("num_parts", [1, 2, 4])
+@pytest.mark.parametrize("hidden, heads, num_layers", [(8, 4, 3), (5, 1, 2)])
+def test_distributed_gat_equals_pyg_on_the_whole_graph(partitioned, num_parts, hidden, heads, num_layers):
+    directory = partitioned("synthetic:tiny", num_parts)
+    config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=3,
+                         model=ModelConfig(model="gat", hidden=hidden, heads=heads, num_layers=num_layers,
+                                           dropout=0.0))
+    results = one_step_on_every_rank(config, num_parts)
+    assert_equal_to_pyg(results, config, load_dataset("synthetic:tiny"))
+
+
+def test_heads_are_refused_for_models_without_attention():
+    with pytest.raises(ValueError, match="--heads applies to attention models \\(gat\\), not --model gcn"):
+        ModelConfig(model="gcn", heads=4).validate()
+
+
+def test_hidden_widths_are_heads_times_hidden():
+    layers = ModelConfig(model="gat", hidden=8, heads=4, num_layers=3).layers(100, 7)
+    assert [(i, o) for i, o, _ in layers] == [(100, 32), (32, 32), (32, 7)]
+    assert [options["heads"] for *_, options in layers] == [4, 4, 1]
+    assert np.all([options["attn_dropout"] == 0.5 for *_, options in layers])
