@@ -11,7 +11,7 @@ from gnn_dist.codec import make_codec
 from gnn_dist.config import ModelConfig
 from gnn_dist.dropout import keyed_dropout, stream_key
 from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.kernels.spmm import SparseOperator, spmm
+from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.layers import DistBatchNorm
 from gnn_dist.models import model_class
 from gnn_dist.partition.format import PartData
