@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bytes each partitioning rank may use (default: what the host has available, shared)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--balance-train", action="store_true", help="balance training nodes across parts too")
+    p.add_argument("--normalize-features", action="store_true",
+                   help="divide each node's features by their sum, as PyG's NormalizeFeatures (the usual "
+                        "preprocessing of Planetoid's bag-of-words features)")
     p.add_argument("--objective", default="cut", choices=["cut", "volume"],
                    help="what METIS minimises: edges between parts (cut), or the halo rows that travel (volume)")
     p.add_argument("--locality-block", type=int, default=DEFAULT_LOCALITY_BLOCK,

@@ -62,6 +62,8 @@ def cmd_partition(args, argv: list[str]) -> int:
             return _fail("partition", reason)
         try:
             graph = load_dataset(args.dataset, args.root, seed=args.seed, download=args.download)
+            if args.normalize_features:
+                graph = graph.with_normalized_features()
             meta = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
                                    balance_train=args.balance_train, overwrite=args.overwrite,
                                    locality_block=args.locality_block, objective=args.objective)
@@ -76,6 +78,10 @@ def cmd_partition(args, argv: list[str]) -> int:
     if args.balance_train:
         return _fail("partition", "--balance-train needs METIS's second vertex constraint, which Scotch lacks: "
                                   "drop it or use --method metis", launcher_rank() or 0)
+    if args.normalize_features and args.dataset.startswith("chunked:"):
+        return _fail("partition", "--normalize-features is not supported for chunked: datasets: drop it, or "
+                                  "partition the original --dataset instead of its chunked copy",
+                     launcher_rank() or 0)
     inside_job = launcher_rank() is not None
     if not inside_job and (args.ranks or 1) > 1:
         return _launch(args, argv)
@@ -102,7 +108,8 @@ def cmd_partition(args, argv: list[str]) -> int:
         if chunked:
             source = ChunkedSource(args.dataset.partition(":")[2])
         else:
-            source = GraphSource(load_dataset(args.dataset, args.root, seed=args.seed, download=args.download))
+            graph = load_dataset(args.dataset, args.root, seed=args.seed, download=args.download)
+            source = GraphSource(graph.with_normalized_features() if args.normalize_features else graph)
         check_num_parts(args.num_parts, source.num_nodes)
         meta = partition_distributed(comm, source, args.num_parts, args.out, assigner=scotch_assign,
                                      method="ptscotch", seed=args.seed, overwrite=args.overwrite,

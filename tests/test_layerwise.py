@@ -52,19 +52,20 @@ def set_running_statistics(model, seed: int) -> dict:
 
 
 CASES = [
-    ("gcn", 32, 3, False),   # 16->32->32->4: aggregate first, last layer transforms first
-    ("gcn", 8, 2, False),    # 16->8: the first layer transforms the cached [owned | halo] features first
-    ("sage", 32, 3, False),
-    ("sage", 8, 2, False),
-    ("gcn", 24, 3, True),    # BatchNorm in eval mode: running statistics
-    ("sage", 24, 3, True),
+    ("gcn", 32, 1, 3, False),   # 16->32->32->4: aggregate first, last layer transforms first
+    ("gcn", 8, 1, 2, False),    # 16->8: the first layer transforms the cached [owned | halo] features first
+    ("sage", 32, 1, 3, False),
+    ("sage", 8, 1, 2, False),
+    ("gcn", 24, 1, 3, True),    # BatchNorm in eval mode: running statistics
+    ("sage", 24, 1, 3, True),
+    ("gat", 6, 3, 3, False),    # attention: owned and halo column blocks joined by their softmax denominators
 ]
 
 
-@pytest.mark.parametrize("model, hidden, num_layers, batch_norm", CASES)
+@pytest.mark.parametrize("model, hidden, heads, num_layers, batch_norm", CASES)
 @pytest.mark.parametrize("num_parts", [1, 2, 4])
 @pytest.mark.parametrize("mode", ["full", "sampled"])
-def test_chunked_evaluation_equals_pyg_on_the_whole_graph(partitioned, model, hidden, num_layers, batch_norm,
+def test_chunked_evaluation_equals_pyg_on_the_whole_graph(partitioned, model, hidden, heads, num_layers, batch_norm,
                                                           num_parts, mode):
     if mode == "sampled" and batch_norm:
         pytest.skip("sampled mode trains without BatchNorm")
@@ -72,8 +73,8 @@ def test_chunked_evaluation_equals_pyg_on_the_whole_graph(partitioned, model, hi
     fanouts = tuple([3] * num_layers)
     config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=4, mode=mode,
                          sampled=SampledConfig(fanouts=fanouts),
-                         model=ModelConfig(model=model, hidden=hidden, num_layers=num_layers, dropout=0.5,
-                                           batch_norm=batch_norm))
+                         model=ModelConfig(model=model, hidden=hidden, heads=heads, num_layers=num_layers,
+                                           dropout=0.5, batch_norm=batch_norm))
     chunk_sizes = [1, 7, TINY_NODES + 1]
 
     def rank_fn(comm):
@@ -89,8 +90,7 @@ def test_chunked_evaluation_equals_pyg_on_the_whole_graph(partitioned, model, hi
 
     results = run_fake_ranks(num_parts, rank_fn)
     graph = load_dataset("synthetic:tiny")
-    widths = ModelConfig(model=model, hidden=hidden, num_layers=num_layers).widths(graph.num_features,
-                                                                                   graph.num_classes)
+    widths = config.model.layers(graph.num_features, graph.num_classes)
     ref = pyg_eval_logits(graph, model, widths, results[0][2], results[0][3])
     for chunk in chunk_sizes:
         logits = torch.full_like(ref, float("nan"))

@@ -36,6 +36,8 @@ class DistGATConv(DistConv):
     self_loops = True
     attention = True
     multi_head = True
+    # The backward recomputes attention from the halo rows, which sequential mode frees block by block.
+    runs_with_sequential_halos = False
 
     def __init__(self, in_dim, out_dim, operator, exchanger, slot, blocked=None, heads: int = 1,
                  attn_dropout: float = 0.0):
@@ -97,8 +99,6 @@ class DistGATConv(DistConv):
 
     def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None,
                 halo_source=None) -> torch.Tensor:
-        if self.blocked is not None:
-            raise RuntimeError("GAT with --halo-memory sequential is not supported yet")
         if isinstance(x, list):
             x = x.pop()
         if x_full is not None:
