@@ -27,7 +27,7 @@ from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_t
 def pyg_run(dataset: str, root: str | None, path: str, args) -> dict:
     cmd = [sys.executable, "-m", "gnn_dist.benchmarks.pyg_fullbatch", "--dataset", dataset, "--path", path,
            "--epochs", str(args.pyg_epochs), "--hidden", str(args.hidden), "--num-layers", str(args.num_layers),
-           "--model", args.model] + (["--root", root] if root else [])
+           "--model", args.model, "--heads", str(args.heads)] + (["--root", root] if root else [])
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--root", default=None)
     parser.add_argument("--parts", default="1,2")
     parser.add_argument("--model", default="gcn")
+    parser.add_argument("--heads", type=int, default=1, help="--model gat: heads per hidden layer")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--pyg-epochs", type=int, default=3)
     parser.add_argument("--pyg-paths", default="edge_index,csr")
@@ -50,8 +51,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     rows = {"machine": machine(), "config": vars(args), "pyg": {}, "ours": {}}
-    train_args = ["--model", args.model, "--hidden", str(args.hidden), "--num-layers", str(args.num_layers),
-                  "--epochs", str(args.epochs), "--eval-every", str(args.epochs)]
+    model_args = ["--model", args.model, "--hidden", str(args.hidden), "--num-layers", str(args.num_layers)]
+    model_args += ["--heads", str(args.heads)] if args.model == "gat" else []
+    train_args = model_args + ["--epochs", str(args.epochs), "--eval-every", str(args.epochs)]
     part_counts = [int(p) for p in args.parts.split(",")]
     for round_index in range(args.rounds):
         for path in filter(None, args.pyg_paths.split(",")):
@@ -62,9 +64,8 @@ def main() -> None:
             parts = partition(args.dataset, num_parts, out / f"parts-{args.dataset.replace(':', '_')}-{num_parts}",
                               args.root)
             final = run_train(num_parts, parts, out / f"metrics-p{num_parts}-r{round_index}.jsonl", train_args)
-            inspect = subprocess.run([sys.executable, "-m", "gnn_dist", "inspect", str(parts), "--json", "--model",
-                                      args.model, "--hidden", str(args.hidden), "--num-layers",
-                                      str(args.num_layers)], capture_output=True, text=True, check=True)
+            inspect = subprocess.run([sys.executable, "-m", "gnn_dist", "inspect", str(parts), "--json", *model_args],
+                                     capture_output=True, text=True, check=True)
             final["predicted_halo_bytes_per_epoch"] = json.loads(inspect.stdout)["predicted_halo_bytes_per_epoch"]
             rows["ours"].setdefault(num_parts, []).append(final)
             print(f"round {round_index} gnn-dist P={num_parts}: {final['epoch_s_median']:.2f} s/epoch",
@@ -80,9 +81,11 @@ def main() -> None:
 
     table = []
     base = rows["ours"].get(1)
+    layer = {"gcn": "GCNConv", "sage": "SAGEConv", "gat": "GATConv"}.get(args.model, args.model)
+    first_pyg = next(iter(rows["pyg"].values()), None)
     for path, runs in rows["pyg"].items():
-        table.append([f"PyG GCNConv ({path}), 1 process", summary([seconds(r) for r in runs]), "", "",
-                      summary([r["peak_rss_bytes"] / 2**30 for r in runs]), "", ""])
+        table.append([f"PyG {layer} ({path}), 1 process", summary([seconds(r) for r in runs]), "", "",
+                      summary([r["peak_rss_bytes"] / 2**30 for r in runs]), "", "", ""])
     for num_parts, runs in rows["ours"].items():
         r = runs[-1]
         per_epoch = r["halo_bytes_total"] / max(r["epochs"], 1)
@@ -92,12 +95,16 @@ def main() -> None:
         speedup = summary([seconds(b) / seconds(o) for o, b in zip(runs, base)]) if base else ""
         rss = summary([o["peak_rss_bytes"] / b["peak_rss_bytes"] for o, b in zip(runs, base)]) if base else ""
         ratio = f"{per_epoch / predicted:.2f}" if predicted else "n/a (no halo)"
+        rss_vs_pyg = summary([o["peak_rss_bytes"] / p["peak_rss_bytes"] for o, p in zip(runs, first_pyg)]) \
+            if first_pyg else ""
         table.append([f"gnn-dist P={num_parts}", summary([seconds(o) for o in runs]), vs_pyg, speedup,
-                      summary([o["peak_rss_bytes"] / 2**30 for o in runs]), rss,
+                      summary([o["peak_rss_bytes"] / 2**30 for o in runs]), rss, rss_vs_pyg,
                       f"{per_epoch / 1e6:.1f} MB ({ratio})"])
     header = ["run", "s/epoch", "vs PyG (" + " / ".join(rows["pyg"]) + ")", "speed-up vs P=1",
-              "peak RSS/rank GiB", "RSS vs P=1", "halo bytes/epoch (vs inspect)"]
-    text = (f"{args.dataset}, {args.model} {args.num_layers} layers hidden {args.hidden}, 1 thread per process, "
+              "peak RSS/rank GiB", "RSS vs P=1", "RSS vs PyG (" + next(iter(rows["pyg"]), "") + ")",
+              "halo bytes/epoch (vs inspect)"]
+    heads = f" x {args.heads} heads" if args.model == "gat" else ""
+    text = (f"{args.dataset}, {args.model} {args.num_layers} layers hidden {args.hidden}{heads}, 1 thread per process, "
             f"median of {args.epochs} epochs (PyG {args.pyg_epochs}) per run, {args.rounds} round(s): median "
             f"(range) over rounds, ratios paired within a round; {rows['machine']['cpu']}\n\n"
             + markdown_table(header, table))

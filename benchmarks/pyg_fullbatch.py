@@ -1,4 +1,4 @@
-"""PyG's own full-batch GCN on the whole graph, one process: the baseline we are measured against.
+"""PyG's own full-batch GCN, GraphSAGE or GAT on the whole graph, one process: the baseline we are measured against.
 
     python -m gnn_dist.benchmarks.pyg_fullbatch --dataset synthetic:arxiv --path edge_index|csr --epochs 5
 
@@ -23,7 +23,8 @@ def main() -> None:
     parser.add_argument("--dataset", default="synthetic:arxiv")
     parser.add_argument("--root", default=None)
     parser.add_argument("--path", choices=["edge_index", "csr"], default="edge_index")
-    parser.add_argument("--model", choices=["gcn", "sage"], default="gcn")
+    parser.add_argument("--model", choices=["gcn", "sage", "gat"], default="gcn")
+    parser.add_argument("--heads", type=int, default=1, help="GAT: heads per hidden layer (the output layer has one)")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--num-layers", type=int, default=3)
@@ -32,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from torch_geometric.nn import GCNConv, SAGEConv
+    from torch_geometric.nn import GATConv, GCNConv, SAGEConv
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
     from gnn_dist.partition.datasets import load_dataset
@@ -41,13 +42,20 @@ def main() -> None:
     x, y = torch.from_numpy(g.x), torch.from_numpy(g.y)
     edge_index = torch.from_numpy(g.edge_index)
     train, test = torch.from_numpy(g.train_mask), torch.from_numpy(g.test_mask)
-    dims = [g.num_features] + [args.hidden] * (args.num_layers - 1) + [g.num_classes]
-    if args.model == "gcn":
+    dims = [g.num_features] + [args.hidden * args.heads] * (args.num_layers - 1) + [g.num_classes]
+    if args.model == "gat":
+        if args.path != "edge_index":
+            parser.error("--model gat runs on the edge_index path (PyG's GATConv takes no torch CSR adjacency)")
+        last = len(dims) - 2
+        convs = torch.nn.ModuleList(GATConv(i, o if k == last else o // args.heads, heads=1 if k == last else args.heads,
+                                            dropout=args.dropout)
+                                    for k, (i, o) in enumerate(zip(dims[:-1], dims[1:])))
+    elif args.model == "gcn":
         convs = torch.nn.ModuleList(GCNConv(i, o, cached=True, normalize=args.path == "edge_index")
                                     for i, o in zip(dims[:-1], dims[1:]))
     else:
         convs = torch.nn.ModuleList(SAGEConv(i, o) for i, o in zip(dims[:-1], dims[1:]))
-    if args.path == "csr":
+    if args.path == "csr" and args.model != "gat":
         if args.model == "gcn":
             ei, w = gcn_norm(edge_index, None, g.num_nodes, add_self_loops=True)
         else:

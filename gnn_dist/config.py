@@ -194,9 +194,10 @@ class TrainConfig:
         if self.halo_memory == "sequential":
             if self.mode != "full":
                 raise ValueError("--halo-memory sequential is for --mode full (sampled mode holds no layer halos)")
-            if not model_class(self.model.model).runs_with_sequential_halos:
-                raise ValueError(f"--halo-memory sequential does not run --model {self.model.model} yet (its backward "
-                                 f"needs the halo rows again): use --halo-memory resident")
+            if model_class(self.model.model).attention and schedule.kind != "exact":
+                raise ValueError(f"--halo-memory sequential runs --model {self.model.model} with --schedule exact only "
+                                 f"(its blocks travel again in the backward): use --schedule exact, or --halo-memory "
+                                 f"resident with {self.schedule}")
             if not schedule.runs_with_sequential_halos:
                 raise ValueError(f"--halo-memory sequential runs with --schedule exact or stale:R: {self.schedule} "
                                  f"builds whole-halo tensors each epoch; use --halo-memory resident with it")

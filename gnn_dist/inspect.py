@@ -29,6 +29,7 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
     mean_owned = sum(owned) / len(owned)
     train = [p.train for p in meta.parts]
     mean_train = sum(train) / len(train)
+    memory = memory or PlanConfig(model=model)
     report = {
         "directory": str(directory),
         "dataset": meta.dataset,
@@ -46,19 +47,20 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
         "train_balance": max(train) / mean_train if mean_train else 0.0,
         "total_halo_rows": total_halo,
         "halo_bytes_per_layer_per_column": total_halo * FP32_BYTES,
-        "model": {"model": model.model, "hidden": model.hidden, "num_layers": model.num_layers},
+        "model": {"model": model.model, "hidden": model.hidden, "num_layers": model.num_layers,
+                  **({"heads": model.heads} if model.heads > 1 else {})},
         "exchanged_widths": exchanged_widths(model, meta.num_features, meta.num_classes),
         "schedule": schedule,
         "halo_dtype": halo_dtype,
         "predicted_halo_bytes_per_epoch": predicted_halo_bytes_per_epoch(
-            total_halo, model, meta.num_features, meta.num_classes, halo_dtype, schedule, meta.num_parts),
+            total_halo, model, meta.num_features, meta.num_classes, halo_dtype, schedule, meta.num_parts,
+            memory.halo_memory),
         "parts": [
             {"part": k, "owned": p.owned, "halo": p.halo, "local_edges": p.local_edges,
              "cut_edges": p.cut_edges, "train": p.train}
             for k, p in enumerate(meta.parts)
         ],
     }
-    memory = memory or PlanConfig(model=model)
     plans = [plan_part(shape, memory, meta.num_features, meta.num_classes) for shape in part_shapes(directory)]
     report["memory_plan"] = {
         "halo_memory": memory.halo_memory, "halo_block_rows": memory.halo_block_rows,

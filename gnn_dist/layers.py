@@ -67,7 +67,6 @@ class DistConv(nn.Module):
     # rows for its backward, and that backward holds two [entries x heads] buffers: for the memory plan).
     attention: ClassVar[bool] = False
     multi_head: ClassVar[bool] = False  # whether --heads applies (hidden layers then output heads * hidden columns)
-    runs_with_sequential_halos: ClassVar[bool] = True  # whether --halo-memory sequential can run it
     # Set by the model stack: the original ids of the operator's columns ([owned | halo], rows first), and the
     # key of the current pass and layer, for randomness inside the layer that every P must draw alike.
     column_ids: torch.Tensor | None = None

@@ -256,16 +256,19 @@ def exchanged_widths(config: ModelConfig, in_dim: int, out_dim: int) -> list[int
 
 def predicted_halo_bytes_per_epoch(total_halo_rows: int, config: ModelConfig, in_dim: int, out_dim: int,
                                    halo_dtype: str = "fp32", schedule: str = "exact",
-                                   num_parts: int = 1) -> float:
+                                   num_parts: int = 1, halo_memory: str = "resident") -> float:
     """Training halo bytes per epoch (forward rows out, gradients back), summed over ranks.
 
     Exact for exact, stale:R (averaged over R epochs), pipeline and the wire
     format of every halo dtype; the expectation for bns:P; an upper bound for
     adaptive schedules. Each schedule owns its figure (Schedule.predicted_bytes).
+    Attention layers with sequential halos send their forward rows again in the
+    backward (gnn_dist.sequential.attend_blocks): three transfers per row, not two.
     """
     codec = make_codec(halo_dtype)
     widths = [w for w in exchanged_widths(config, in_dim, out_dim) if w]
-    exact = 2 * total_halo_rows * sum(codec.row_bytes(w) for w in widths)
+    transfers = 3 if halo_memory == "sequential" and model_class(config.model).attention else 2
+    exact = transfers * total_halo_rows * sum(codec.row_bytes(w) for w in widths)
     return parse_schedule(schedule).predicted_bytes(exact, len(widths), num_parts)
 
 

@@ -55,11 +55,9 @@ class EdgeDropout:
                    head_hash=mix32(_wrap_int32(torch.arange(heads, dtype=torch.int64) * 0x27D4EB2F + 0x165667B1)),
                    threshold=int(p * (1 << 32)) - (1 << 31), scale=1.0 / (1.0 - p))
 
-    def rows(self, start: int, stop: int) -> EdgeDropout:
-        return EdgeDropout(self.dst_hash[start:stop], self.src_hash, self.head_hash, self.threshold, self.scale)
-
-    def columns(self, start: int, stop: int) -> EdgeDropout:
-        return EdgeDropout(self.dst_hash, self.src_hash[start:stop], self.head_hash, self.threshold, self.scale)
+    def restricted(self, rows=slice(None), cols=slice(None)) -> EdgeDropout:
+        """The masks of some rows (a slice or an index tensor) and a slice of columns, renumbered from 0."""
+        return EdgeDropout(self.dst_hash[rows], self.src_hash[cols], self.head_hash, self.threshold, self.scale)
 
     def factors(self, rows: torch.Tensor, cols: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """[E, heads]: 1 / (1 - p) where kept, 0 where dropped (the fallback's mask)."""
@@ -161,7 +159,7 @@ class _NativeAttention(torch.autograd.Function):
         grad_lse = None if grad_lse is None else grad_lse.to(source.dtype).contiguous()
         grad_source, grad_dst = ctx.native.attention_backward(
             op.matrix.crow_indices(), op.matrix.col_indices(), t.crow, t.row, t.perm, source, dst_score, lse,
-            grad_out, grad_lse, ctx.heads, ctx.slope, *ctx.drop_args)
+            grad_out, grad_lse, None, ctx.heads, ctx.slope, *ctx.drop_args)
         grad_bias = grad_out.sum(0) if ctx.has_bias and ctx.needs_input_grad[3] else None
         return None, grad_source, grad_dst, grad_bias, None, None, None, None
 
@@ -186,3 +184,60 @@ def _torch_attention(op: SparseOperator, source: torch.Tensor, dst_score: torch.
     out = torch.zeros(n_rows, heads, hc // heads, dtype=source.dtype).index_add(0, row, alpha[:, :, None] * x[col])
     out = out.view(n_rows, hc)
     return (out if bias is None else out + bias), lse
+
+
+def partial_forward(op: SparseOperator, source: torch.Tensor, dst_score: torch.Tensor, heads: int,
+                    dropout: EdgeDropout | None = None, slope: float = NEGATIVE_SLOPE):
+    """(out, lse) of op's rows over op's columns only, without autograd: one block of a row's columns, to be
+    merged with the others (`merge`). Shapes as `attention`."""
+    with torch.no_grad():
+        native = native_module()
+        if native is not None and source.dtype in (torch.float32, torch.float64):
+            drop_args = dropout.kernel_args() if dropout is not None else _NO_DROPOUT_ARGS
+            return tuple(native.attention_forward(op.matrix.crow_indices(), op.matrix.col_indices(),
+                                                  source.contiguous(), dst_score.contiguous(), None, heads, slope,
+                                                  *drop_args))
+        return _torch_attention(op, source, dst_score, heads, None, dropout, slope)
+
+
+def partial_backward(op: SparseOperator, source: torch.Tensor, dst_score: torch.Tensor, lse: torch.Tensor,
+                     grad_out: torch.Tensor, row_delta: torch.Tensor, heads: int, dropout: EdgeDropout | None = None,
+                     slope: float = NEGATIVE_SLOPE) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients of (source, dst_score) through op's share of rows whose softmax spans more columns than op's.
+
+    lse is the whole rows' (all their columns), so alpha is the whole rows' attention; row_delta is the whole
+    rows' sum of alpha * dL/dalpha, which equals <grad_out, out - bias> per head. No op's transpose is built
+    by the caller; the native kernel gathers through a cached one.
+
+    Shapes: op [n_rows, n_cols]; source [n_cols, W]; dst_score, lse, row_delta [n_rows, heads];
+        grad_out [n_rows, W - heads] -> grad_source [n_cols, W], grad_dst_score [n_rows, heads]
+    """
+    native = native_module()
+    if native is not None and source.dtype in (torch.float32, torch.float64):
+        t = _transpose(op)
+        drop_args = dropout.kernel_args() if dropout is not None else _NO_DROPOUT_ARGS
+        return tuple(native.attention_backward(
+            op.matrix.crow_indices(), op.matrix.col_indices(), t.crow, t.row, t.perm, source.contiguous(),
+            dst_score.contiguous(), lse.contiguous(), grad_out.contiguous(), None, row_delta.contiguous(), heads,
+            slope, *drop_args))
+    return _torch_partial_backward(op, source, dst_score, lse, grad_out, row_delta, heads, dropout, slope)
+
+
+def _torch_partial_backward(op, source, dst_score, lse, grad_out, row_delta, heads, dropout, slope):
+    """partial_backward with torch ops (the fallback): the same formulas, over [E x H x C]."""
+    crow, col = op.matrix.crow_indices().to(torch.int64), op.matrix.col_indices().to(torch.int64)
+    n_rows = op.shape[0]
+    row = torch.repeat_interleave(torch.arange(n_rows), crow[1:] - crow[:-1])
+    hc = source.shape[1] - heads
+    x, a_src = source[:, :hc].view(-1, heads, hc // heads), source[:, hc:]
+    z = a_src[col] + dst_score[row]
+    alpha = torch.exp(torch.nn.functional.leaky_relu(z, slope) - lse[row])  # [E, H]
+    kept = dropout.factors(row, col, alpha.dtype) if dropout is not None else torch.ones_like(alpha)
+    g = grad_out.view(n_rows, heads, -1)
+    dot = (g[row] * x[col]).sum(-1) * kept                     # dL/dalpha
+    dz = alpha * (dot - row_delta[row])
+    dz = torch.where(z > 0, dz, slope * dz)
+    grad_x = torch.zeros_like(x).index_add(0, col, (alpha * kept)[:, :, None] * g[row])
+    grad_a_src = torch.zeros_like(a_src).index_add(0, col, dz)
+    grad_dst = torch.zeros_like(dst_score).index_add(0, row, dz)
+    return torch.cat([grad_x.view(-1, hc), grad_a_src], 1), grad_dst

@@ -402,7 +402,8 @@ static void attention_backward_typed(const torch::Tensor& crow, const torch::Ten
                                      const torch::Tensor& t_row, const torch::Tensor& t_perm,
                                      const torch::Tensor& source, const torch::Tensor& dst_score,
                                      const torch::Tensor& lse, const torch::Tensor& grad_out,
-                                     const scalar_t* grad_lse, int64_t heads, scalar_t slope, const EdgeDropout& drop,
+                                     const scalar_t* grad_lse, const scalar_t* row_delta, int64_t heads,
+                                     scalar_t slope, const EdgeDropout& drop,
                                      torch::Tensor& grad_source, torch::Tensor& grad_dst) {
   const int64_t rows = crow.size(0) - 1, cols = t_crow.size(0) - 1, stride = source.size(1), hc = stride - heads,
                 width = hc / heads, nnz = col.size(0);
@@ -444,6 +445,8 @@ static void attention_backward_typed(const torch::Tensor& crow, const torch::Ten
           delta[h] += alpha * dot;
         }
       }
+      if (row_delta != nullptr)  // the row's sum over all its columns, when this CSR holds only some of them
+        for (int64_t h = 0; h < heads; ++h) delta[h] = row_delta[i * heads + h];
       for (int64_t h = 0; h < heads; ++h) gd[i * heads + h] = 0;
       for (int64_t k = start; k < stop; ++k) {
         const scalar_t* xj = src + static_cast<int64_t>(ip[k]) * stride;
@@ -481,10 +484,13 @@ static void attention_backward_typed(const torch::Tensor& crow, const torch::Ten
 
 // Returns {grad_source [cols, heads * width + heads], grad_dst_score [rows, heads]}. grad_lse (optional) is
 // the gradient reaching lse itself, when partial results over column blocks are merged by their lse.
+// row_delta (optional) is sum over the row's entries of alpha * dL/dalpha when this CSR holds only some of the
+// row's columns (a block of halo columns); lse is then the whole row's, so alpha is the whole row's softmax.
 std::vector<torch::Tensor> attention_backward(torch::Tensor crow, torch::Tensor col, torch::Tensor t_crow,
                                               torch::Tensor t_row, torch::Tensor t_perm, torch::Tensor source,
                                               torch::Tensor dst_score, torch::Tensor lse, torch::Tensor grad_out,
-                                              c10::optional<torch::Tensor> grad_lse, int64_t heads, double slope,
+                                              c10::optional<torch::Tensor> grad_lse,
+                                              c10::optional<torch::Tensor> row_delta, int64_t heads, double slope,
                                               torch::Tensor dst_hash, torch::Tensor src_hash, torch::Tensor head_hash,
                                               int64_t threshold, double scale, bool dropout) {
   TORCH_CHECK(grad_out.is_contiguous() && source.is_contiguous() && lse.is_contiguous(), "contiguous inputs");
@@ -495,12 +501,13 @@ std::vector<torch::Tensor> attention_backward(torch::Tensor crow, torch::Tensor 
   const EdgeDropout drop = edge_dropout(dst_hash, src_hash, head_hash, threshold, scale, dropout);
   AT_DISPATCH_FLOATING_TYPES(source.scalar_type(), "attention_backward", [&] {
     const scalar_t* gl = grad_lse.has_value() ? grad_lse->data_ptr<scalar_t>() : nullptr;
+    const scalar_t* rd = row_delta.has_value() ? row_delta->data_ptr<scalar_t>() : nullptr;
     if (crow.scalar_type() == torch::kInt32)
       attention_backward_typed<scalar_t, int32_t>(crow, col, t_crow, t_row, t_perm, source, dst_score, lse, grad_out,
-                                                  gl, heads, slope, drop, grad_source, grad_dst);
+                                                  gl, rd, heads, slope, drop, grad_source, grad_dst);
     else
       attention_backward_typed<scalar_t, int64_t>(crow, col, t_crow, t_row, t_perm, source, dst_score, lse, grad_out,
-                                                  gl, heads, slope, drop, grad_source, grad_dst);
+                                                  gl, rd, heads, slope, drop, grad_source, grad_dst);
   });
   return {grad_source, grad_dst};
 }

@@ -160,3 +160,40 @@ def test_hidden_widths_are_heads_times_hidden():
     assert [(i, o) for i, o, _ in layers] == [(100, 32), (32, 32), (32, 7)]
     assert [options["heads"] for *_, options in layers] == [4, 4, 1]
     assert np.all([options["attn_dropout"] == 0.5 for *_, options in layers])
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_blockwise_backward_with_the_whole_rows_statistics_equals_the_whole_backward(use_native, monkeypatch):
+    """What sequential halos do: the rows' columns in two blocks, each differentiated with the whole rows' lse and
+    <grad, out>; the gradients add up to those of the whole rows (autograd through the torch forward)."""
+    from gnn_dist.kernels import attention as module
+
+    if not use_native:
+        monkeypatch.setattr(module, "native_module", lambda: None)
+    elif native_module() is None:
+        pytest.skip("the native kernel could not be built here")
+    heads, split = 3, 25
+    op = random_operator(30, 45, 220, seed=7)
+    source, dst, _ = inputs(op, heads, 4, seed=8)
+    drop = dropout_for(op, heads, 0.3)
+    out, lse = _torch_attention(op, source, dst, heads, None, drop, 0.2)
+    g = torch.randn_like(out)
+    want_source, want_dst = torch.autograd.grad((out * g).sum(), [source, dst])
+    delta = (g.view(30, heads, -1) * out.detach().view(30, heads, -1)).sum(-1)
+    left, right = op.split_columns(split)
+    grads = [module.partial_backward(half, source.detach()[cols], dst.detach(), lse.detach(), g, delta, heads,
+                                     drop.restricted(cols=cols))
+             for half, cols in ((left, slice(0, split)), (right, slice(split, 45)))]
+    assert torch.allclose(torch.cat([grads[0][0], grads[1][0]]), want_source, atol=1e-12)
+    assert torch.allclose(grads[0][1] + grads[1][1], want_dst, atol=1e-12)
+
+
+@pytest.mark.parametrize("num_parts", [2, 4])
+def test_sequential_halos_equal_pyg_with_gat(partitioned, num_parts):
+    directory = partitioned("synthetic:tiny", num_parts)
+    config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=3, halo_memory="sequential",
+                         halo_block_rows=7,
+                         model=ModelConfig(model="gat", hidden=5, heads=3, num_layers=3, dropout=0.0))
+    results = one_step_on_every_rank(config, num_parts)
+    assert all(r[5].blocked is not None for r in results)  # the blocked operator really ran
+    assert_equal_to_pyg(results, config, load_dataset("synthetic:tiny"))

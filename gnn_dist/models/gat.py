@@ -8,7 +8,8 @@ Hidden layers have `--heads` heads of width `--hidden` (so they output heads * h
 layer has one head. Self loops are in the operator (one per row); the operator's values are not used.
 
 Across ranks: a rank owns its destination rows, so each row's softmax is local. The rows that travel are
-[x' | a_src] of the owned nodes (heads * C + heads columns); a_dst never leaves its rank. Attention dropout
+[x' | a_src] of the owned nodes (heads * C + heads columns); a_dst never leaves its rank. With
+--halo-memory sequential, halo blocks join by the online softmax and travel again in the backward. Attention dropout
 (`--attn-dropout`) is keyed by (seed, epoch, layer, original source id, original destination id, head), so
 every P keeps the same attention entries. The aggregation runs in kernels/attention.py.
 """
@@ -25,6 +26,7 @@ from gnn_dist.kernels.attention import EdgeDropout, attention, merge
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.layers import DistConv, glorot_
 from gnn_dist.models.registry import register_model
+from gnn_dist.sequential import ExchangedBlocks, LocalBlocks, attend_blocks
 
 _ATTENTION_SALT = 0x68E31DA4  # attention masks draw apart from the same layer's feature dropout
 
@@ -36,8 +38,6 @@ class DistGATConv(DistConv):
     self_loops = True
     attention = True
     multi_head = True
-    # The backward recomputes attention from the halo rows, which sequential mode frees block by block.
-    runs_with_sequential_halos = False
 
     def __init__(self, in_dim, out_dim, operator, exchanger, slot, blocked=None, heads: int = 1,
                  attn_dropout: float = 0.0):
@@ -101,6 +101,8 @@ class DistGATConv(DistConv):
                 halo_source=None) -> torch.Tensor:
         if isinstance(x, list):
             x = x.pop()
+        if self.blocked is not None:
+            return self._forward_sequential(x, halo_source)
         if x_full is not None:
             source = self.transform(x_full)  # the first layer: halo inputs are the cached features
         else:
@@ -110,6 +112,19 @@ class DistGATConv(DistConv):
         ids = self.column_ids
         dropout = self._edge_dropout(None if ids is None else ids[:n], ids)
         return attention(self.operator, source, self.destination_scores(source[:n]), self.heads, self.bias, dropout)
+
+    def _forward_sequential(self, x: torch.Tensor, halo_source) -> torch.Tensor:
+        """--halo-memory sequential: one halo block at a time, joined by the online softmax (gnn_dist.sequential)."""
+        if halo_source is None:
+            blocks = ExchangedBlocks(self.exchanger, self.slot)
+        else:  # the first layer: its halo rows are the cached input features
+            blocks = LocalBlocks(lambda start, stop: self.transform(halo_source(start, stop)))
+        source = self.transform(x)
+        del x
+        ids = self.column_ids
+        dropout = self._edge_dropout(None if ids is None else ids[:source.shape[0]], ids)
+        return attend_blocks(self.blocked, blocks, source, self.destination_scores(source), self.bias, self.heads,
+                             dropout)
 
     def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator, ids: torch.Tensor | None = None):
         source = self.transform(h_src)
