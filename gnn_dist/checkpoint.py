@@ -187,7 +187,11 @@ def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict
                               f"{state.config.parts} holds {_graph_text(expected['graph'])}: resume on a partition of "
                               f"the same graph, or use another --checkpoint-dir")
     for key in ("model", "schedule", "halo_dtype"):
-        if manifest.get(key) != expected[key]:
+        recorded = manifest.get(key)
+        if key == "model" and isinstance(recorded, dict):
+            # options added since the checkpoint was written (--heads, --attn-dropout) had their defaults then
+            recorded = {**dataclasses.asdict(type(state.config.model)()), **recorded}
+        if recorded != expected[key]:
             raise CheckpointError(f"{path} was trained with {key} {manifest.get(key)} but this run asks for "
                                   f"{expected[key]}: pass the same options or use another --checkpoint-dir")
     try:

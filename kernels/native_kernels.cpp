@@ -440,8 +440,8 @@ static void attention_backward_typed(const torch::Tensor& crow, const torch::Ten
             for (int64_t f = 0; f < width; ++f) dot += x[f] * gh[f];
             dot *= kept;
           }
-          weight[k * heads + h] = alpha * kept;
-          dz[k * heads + h] = dot;  // dL/dalpha for now
+          weight[k * heads + h] = alpha;  // alpha * keep after the second loop
+          dz[k * heads + h] = dot;        // dL/dalpha until the second loop
           delta[h] += alpha * dot;
         }
       }
@@ -449,14 +449,16 @@ static void attention_backward_typed(const torch::Tensor& crow, const torch::Ten
         for (int64_t h = 0; h < heads; ++h) delta[h] = row_delta[i * heads + h];
       for (int64_t h = 0; h < heads; ++h) gd[i * heads + h] = 0;
       for (int64_t k = start; k < stop; ++k) {
-        const scalar_t* xj = src + static_cast<int64_t>(ip[k]) * stride;
+        const int64_t j = ip[k];
+        const scalar_t* xj = src + j * stride;
         for (int64_t h = 0; h < heads; ++h) {
           const scalar_t z = xj[hc + h] + ad[i * heads + h];
-          const scalar_t alpha = std::exp(leaky(z, slope) - l[i * heads + h]);
+          const scalar_t alpha = weight[k * heads + h];
           const scalar_t de = alpha * (dz[k * heads + h] - delta[h]);
           const scalar_t d = z > 0 ? de : slope * de;
           dz[k * heads + h] = d;
           gd[i * heads + h] += d;
+          if (drop.on) weight[k * heads + h] = alpha * drop.keep<scalar_t>(i, j, h);
         }
       }
     }

@@ -73,14 +73,22 @@ class DistGATConv(DistConv):
             self.att_dst.uniform_(-bound, bound, generator=generator)
             self.bias.zero_()
 
+    def _score_weights(self, att: torch.Tensor) -> torch.Tensor:
+        """[heads, in_dim]: W^T att per head, so <x W_h, att_h> = x (W^T att)_h is one narrow product."""
+        w = self.lin.weight.view(self.heads, self.head_width, self.in_dim)
+        return (w * att.view(self.heads, self.head_width, 1)).sum(1)
+
     def transform(self, h: torch.Tensor) -> torch.Tensor:
-        """[x W | a_src]: the rows every destination aggregates. Shapes: [n, in_dim] -> [n, out_dim + heads]."""
-        x = h @ self.lin.weight.t()
-        a_src = (x.view(-1, self.heads, self.head_width) * self.att_src).sum(-1)
-        return torch.cat([x, a_src], 1)
+        """[x W | a_src]: the rows every destination aggregates, from one product with [W ; W^T att_src] (no
+        [n, heads, C] temporary for the scores). Shapes: [n, in_dim] -> [n, out_dim + heads]."""
+        return h @ torch.cat([self.lin.weight, self._score_weights(self.att_src)]).t()
+
+    def input_scores(self, h: torch.Tensor) -> torch.Tensor:
+        """a_dst of rows from their input. Shapes: [n, in_dim] -> [n, heads]."""
+        return h @ self._score_weights(self.att_dst).t()
 
     def destination_scores(self, source_rows: torch.Tensor) -> torch.Tensor:
-        """a_dst of rows whose [x W | a_src] are given. Shapes: [n, out_dim + heads] -> [n, heads]."""
+        """a_dst of rows from their [x W | a_src] (evaluation, which keeps no input). [n, out_dim + heads] -> [n, heads]."""
         x = source_rows[:, :self.out_dim]
         return (x.reshape(-1, self.heads, self.head_width) * self.att_dst).sum(-1)
 
@@ -103,15 +111,17 @@ class DistGATConv(DistConv):
             x = x.pop()
         if self.blocked is not None:
             return self._forward_sequential(x, halo_source)
+        n = self.operator.shape[0]
         if x_full is not None:
             source = self.transform(x_full)  # the first layer: halo inputs are the cached features
+            dst = self.input_scores(x_full[:n])
         else:
             source = self.exchanger.gather(self.transform(x), self.slot)
+            dst = self.input_scores(x)
             del x
-        n = self.operator.shape[0]
         ids = self.column_ids
         dropout = self._edge_dropout(None if ids is None else ids[:n], ids)
-        return attention(self.operator, source, self.destination_scores(source[:n]), self.heads, self.bias, dropout)
+        return attention(self.operator, source, dst, self.heads, self.bias, dropout)
 
     def _forward_sequential(self, x: torch.Tensor, halo_source) -> torch.Tensor:
         """--halo-memory sequential: one halo block at a time, joined by the online softmax (gnn_dist.sequential)."""
@@ -119,18 +129,17 @@ class DistGATConv(DistConv):
             blocks = ExchangedBlocks(self.exchanger, self.slot)
         else:  # the first layer: its halo rows are the cached input features
             blocks = LocalBlocks(lambda start, stop: self.transform(halo_source(start, stop)))
-        source = self.transform(x)
+        source, dst = self.transform(x), self.input_scores(x)
         del x
         ids = self.column_ids
         dropout = self._edge_dropout(None if ids is None else ids[:source.shape[0]], ids)
-        return attend_blocks(self.blocked, blocks, source, self.destination_scores(source), self.bias, self.heads,
-                             dropout)
+        return attend_blocks(self.blocked, blocks, source, dst, self.bias, self.heads, dropout)
 
     def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator, ids: torch.Tensor | None = None):
-        source = self.transform(h_src)
         n_dst = block_op.shape[0]
         dropout = self._edge_dropout(None if ids is None else ids[:n_dst], ids)
-        return attention(block_op, source, self.destination_scores(source[:n_dst]), self.heads, self.bias, dropout)
+        return attention(block_op, self.transform(h_src), self.input_scores(h_src[:n_dst]), self.heads, self.bias,
+                         dropout)
 
     def aggregate_rows(self, start: int, stop: int, from_owned: SparseOperator, from_halo: SparseOperator,
                        owned: torch.Tensor, halo: torch.Tensor) -> torch.Tensor:
