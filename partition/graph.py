@@ -40,11 +40,11 @@ class Graph:
         return int(self.x.shape[0])
 
     def with_normalized_features(self) -> Graph:
-        """Each row of x divided by its sum (rows summing to 0 stay 0), as PyG's NormalizeFeatures; the name
-        says so, so a partition of these features is never mistaken for one of the raw ones."""
-        sums = self.x.sum(axis=1, dtype=np.float64, keepdims=True)
-        x = (self.x / np.where(sums == 0, 1.0, sums)).astype(np.float32)
-        return dataclasses.replace(self, name=f"{self.name}+normalized-features", x=x)
+        """PyG's NormalizeFeatures: x shifted by its smallest value, then each row divided by its sum (at least 1).
+        The name says so, so a partition of these features is never mistaken for one of the raw ones."""
+        x = self.x - self.x.min() if self.x.size else self.x
+        x = x / np.maximum(x.sum(axis=1, keepdims=True), 1.0)
+        return dataclasses.replace(self, name=f"{self.name}+normalized-features", x=x.astype(np.float32, copy=False))
 
     @property
     def num_edges(self) -> int:

@@ -15,11 +15,12 @@ from tests.test_halo_fake import assert_equal_to_pyg, one_step_on_every_rank
 
 
 def random_operator(n_rows: int, n_cols: int, nnz: int, seed: int, loops: bool = True,
-                    empty_rows: int = 0) -> SparseOperator:
+                    empty_rows: int = 0, loop_only_rows: int = 0) -> SparseOperator:
     """A random pattern without repeated entries; self loops (i, i) on every row but the last `empty_rows`, which
-    have no entry at all (a row of a column block that has none)."""
+    have no entry at all (a row of a column block that has none); the `loop_only_rows` rows before those have
+    their self loop only (a node without in-neighbours)."""
     g = torch.Generator().manual_seed(seed)
-    rows = torch.randint(0, n_rows - empty_rows, (nnz,), generator=g)
+    rows = torch.randint(0, n_rows - empty_rows - loop_only_rows, (nnz,), generator=g)
     cols = torch.randint(0, n_cols, (nnz,), generator=g)
     if loops:
         rows = torch.cat([rows, torch.arange(n_rows - empty_rows)])
@@ -44,16 +45,17 @@ def dropout_for(op: SparseOperator, heads: int, p: float = 0.4) -> EdgeDropout:
 needs_native = pytest.mark.skipif(native_module() is None, reason="the native kernel could not be built here")
 
 KERNEL_CASES = [
-    # (heads, width, empty rows): several heads; a single head; odd widths; rows with no entry
-    (4, 8, 0), (1, 7, 0), (3, 5, 3), (2, 1, 0),
+    # (heads, width, empty rows, self-loop-only rows): several heads; a single head; odd widths; rows with no
+    # entry; zero-in-degree rows (the self loop alone)
+    (4, 8, 0, 0), (1, 7, 0, 2), (3, 5, 3, 2), (2, 1, 0, 0),
 ]
 
 
 @needs_native
-@pytest.mark.parametrize("heads, width, empty_rows", KERNEL_CASES)
+@pytest.mark.parametrize("heads, width, empty_rows, loop_only_rows", KERNEL_CASES)
 @pytest.mark.parametrize("with_dropout", [False, True])
-def test_native_kernel_equals_the_torch_fallback(heads, width, empty_rows, with_dropout):
-    op = random_operator(30, 45, 160, seed=heads * 10 + width, empty_rows=empty_rows)
+def test_native_kernel_equals_the_torch_fallback(heads, width, empty_rows, loop_only_rows, with_dropout):
+    op = random_operator(30, 45, 160, seed=heads * 10 + width, empty_rows=empty_rows, loop_only_rows=loop_only_rows)
     source, dst, bias = inputs(op, heads, width, seed=1)
     drop = dropout_for(op, heads) if with_dropout else None
     out, lse = attention(op, source, dst, heads, bias, drop, with_lse=True)
@@ -72,12 +74,16 @@ def test_native_kernel_equals_the_torch_fallback(heads, width, empty_rows, with_
         assert torch.allclose(a, b, atol=1e-12)
     if empty_rows:  # a row with no entry aggregates nothing: the bias alone
         assert torch.equal(out[-empty_rows:], bias.detach().expand(empty_rows, -1))
+    if loop_only_rows and not with_dropout:  # a node without in-neighbours attends to itself alone
+        rows = slice(30 - empty_rows - loop_only_rows, 30 - empty_rows)
+        own = source.detach()[rows, :heads * width]
+        assert torch.allclose(out[rows], own + bias.detach(), atol=1e-12)
 
 
 @needs_native
-@pytest.mark.parametrize("heads, width, empty_rows", KERNEL_CASES)
-def test_native_kernel_passes_gradcheck(heads, width, empty_rows):
-    op = random_operator(12, 16, 40, seed=heads + width, empty_rows=empty_rows)
+@pytest.mark.parametrize("heads, width, empty_rows, loop_only_rows", KERNEL_CASES)
+def test_native_kernel_passes_gradcheck(heads, width, empty_rows, loop_only_rows):
+    op = random_operator(12, 16, 40, seed=heads + width, empty_rows=empty_rows, loop_only_rows=loop_only_rows)
     source, dst, bias = inputs(op, heads, width, seed=2)
     drop = dropout_for(op, heads, 0.3)
     finite = torch.arange(12) < 12 - empty_rows

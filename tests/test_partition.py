@@ -350,3 +350,22 @@ def test_the_volume_objective_gives_a_valid_partition_whose_halos_are_its_volume
     assert volumes["volume"] < volumes["cut"]  # what it minimises (273,911 -> 257,220 rows here)
     with pytest.raises(PartitionError, match="--objective volume is an objective of METIS"):
         assign_parts(graph, 4, method="random", objective="volume")
+
+
+def test_normalize_features_is_pygs_normalize_features(tmp_path):
+    """partition --normalize-features stores what PyG's NormalizeFeatures makes of the dataset's features."""
+    import torch
+    from torch_geometric.data import Data
+    from torch_geometric.transforms import NormalizeFeatures
+
+    out = tmp_path / "p"
+    done = run_cli("partition", "--dataset", "synthetic:tiny", "--num-parts", "2", "--normalize-features",
+                   "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    graph = load_dataset("synthetic:tiny")
+    expected = NormalizeFeatures()(Data(x=torch.from_numpy(graph.x.copy()))).x.numpy()
+    assert not np.allclose(expected, graph.x)  # the transform changes these features
+    for k in range(2):
+        part = load_part(out, k)  # node_ids are the original ids
+        np.testing.assert_allclose(part.x, expected[part.node_ids], rtol=1e-6, atol=1e-7)
+    assert load_meta(out).dataset == "synthetic:tiny+normalized-features"

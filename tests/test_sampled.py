@@ -258,12 +258,20 @@ def pyg_block_logits(model: str, params: dict, x_src: torch.Tensor, blocks, labe
     sources, so target i is source i), followed by a Linear with our weight and bias.
     """
     import torch.nn.functional as F
-    from torch_geometric.nn import SAGEConv, SimpleConv
+    from torch_geometric.nn import GATConv, SAGEConv, SimpleConv
 
     num_layers = len(blocks)
     layers = []
     for k in range(num_layers):
-        if model == "sage":
+        if model == "gat":  # GATConv on the block's edges; its self loops are the targets' (a prefix of sources)
+            heads = params[f"convs.{k}.att_src"].shape[1]
+            weight = params[f"convs.{k}.lin.weight"]
+            conv = GATConv(weight.shape[1], weight.shape[0] // heads, heads=heads).double()
+            with torch.no_grad():
+                for name in ("lin.weight", "att_src", "att_dst", "bias"):
+                    conv.get_parameter(name).copy_(params[f"convs.{k}.{name}"])
+            layers.append(conv)
+        elif model == "sage":
             weight_l = params[f"convs.{k}.lin_l.weight"]
             conv = SAGEConv(weight_l.shape[1], weight_l.shape[0]).double()
             with torch.no_grad():
@@ -287,9 +295,12 @@ def pyg_block_logits(model: str, params: dict, x_src: torch.Tensor, blocks, labe
             loops = torch.arange(block.n_dst)
             edge_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
         pair = (h, h[:block.n_dst])
-        h = layers[k](pair, edge_index) if model == "sage" else layers[k][1](layers[k][0](pair, edge_index))
+        if model == "gat":
+            h = layers[k](h, edge_index)[:block.n_dst]
+        else:
+            h = layers[k](pair, edge_index) if model == "sage" else layers[k][1](layers[k][0](pair, edge_index))
     F.cross_entropy(h, labels, reduction="sum").backward()
-    modules = layers if model == "sage" else [linear for _, linear in layers]
+    modules = layers if model in ("sage", "gat") else [linear for _, linear in layers]
     grads = {}
     for k, module in enumerate(modules):
         for name, p in module.named_parameters():
@@ -297,7 +308,7 @@ def pyg_block_logits(model: str, params: dict, x_src: torch.Tensor, blocks, labe
     return h.detach(), grads
 
 
-@pytest.mark.parametrize("model", ["sage", "gcn"])
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
 def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model):
     import torch.nn.functional as F
 
@@ -309,7 +320,8 @@ def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model):
     directory = partitioned("synthetic:small", 2)
     node_map = load_node_map(directory)
     config = TrainConfig(parts=str(directory), mode="sampled", progress=False, timeout=0, seed=1,
-                         model=ModelConfig(model=model, hidden=16, num_layers=3, dropout=0.0),
+                         model=ModelConfig(model=model, hidden=16, num_layers=3, dropout=0.0,
+                                           heads=2 if model == "gat" else 1),
                          sampled=SampledConfig(fanouts=(4, 3, 2), batch_size=40))
 
     def rank_fn(comm):
