@@ -54,6 +54,7 @@ class BenchConfig:
     epochs: int = 50
     hidden: int = 256
     num_layers: int = 3
+    heads: int = 1  # attention heads per hidden layer (--models gat)
     dropout: float = 0.5
     lr: float = 0.01
     threads: int = 1
@@ -178,7 +179,7 @@ def run_ours(config: BenchConfig, run: Run) -> dict:
            "--seed", str(run.seed), "--epochs", str(config.epochs), "--hidden", str(config.hidden),
            "--num-layers", str(config.num_layers), "--dropout", str(config.dropout), "--lr", str(config.lr),
            "--threads", str(config.threads), "--metrics-out", str(metrics), "--no-progress",
-           *config.extra_train_args]
+           *(["--heads", str(config.heads)] if run.model == "gat" else []), *config.extra_train_args]
     if run.dataset.startswith("ogbn-"):
         cmd += ["--predictions-out", str(predictions)]
     if run.link:
@@ -214,7 +215,9 @@ def run_pyg(config: BenchConfig, dataset: str, model: str, mode: str, seed: int)
                 "error": "PyG's NeighborLoader baseline needs torch-sparse or pyg-lib (not installed by default)"}
     cmd = [sys.executable, "-m", "gnn_dist.benchmarks.pyg_fullbatch", "--dataset", dataset, "--model", model,
            "--epochs", str(config.epochs), "--hidden", str(config.hidden), "--num-layers", str(config.num_layers),
-           "--dropout", str(config.dropout), "--threads", str(config.threads), "--path", "csr"]
+           "--dropout", str(config.dropout), "--threads", str(config.threads),
+           # PyG's fastest path per model: a torch CSR adjacency, which GATConv does not take
+           "--path", "edge_index" if model == "gat" else "csr", "--heads", str(config.heads if model == "gat" else 1)]
     if config.root:
         cmd += ["--root", config.root]
     start = time.perf_counter()
@@ -436,6 +439,7 @@ def config_from_args(argv: list[str] | None = None) -> tuple[BenchConfig, bool]:
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--hidden", type=int)
     parser.add_argument("--num-layers", type=int)
+    parser.add_argument("--heads", type=int, help="attention heads per hidden layer of --models gat")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--timeout", type=float)
     parser.add_argument("--no-pyg", action="store_true", help="skip the PyG baseline rows")
@@ -464,7 +468,7 @@ def config_from_args(argv: list[str] | None = None) -> tuple[BenchConfig, bool]:
         given = getattr(args, key)
         if given is not None:
             values[key] = _csv_list(given, cast)
-    for key in ("root", "epochs", "hidden", "num_layers", "threads", "timeout", "out", "target_val_acc"):
+    for key in ("root", "epochs", "hidden", "num_layers", "heads", "threads", "timeout", "out", "target_val_acc"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
     if args.no_pyg:
