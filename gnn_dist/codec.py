@@ -71,6 +71,8 @@ class ScaledHalfCodec(Codec):
         return 2 * width + 4
 
     def encode(self, rows: torch.Tensor) -> torch.Tensor:
+        if rows.shape[0] == 0:  # a peer this epoch sends nothing to (adaptive, bns): byte views need a row
+            return self.empty_wire(0, rows.shape[1])
         rows = rows.float()
         scale = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-30)
         wire = torch.empty(rows.shape[0], 2 * rows.shape[1] + 4, dtype=torch.uint8)
@@ -79,6 +81,8 @@ class ScaledHalfCodec(Codec):
         return wire
 
     def decode(self, wire: torch.Tensor, out: torch.Tensor) -> None:
+        if wire.shape[0] == 0:
+            return
         scale = wire[:, :4].contiguous().view(torch.float32)
         out.copy_(wire[:, 4:].contiguous().view(torch.float16).float() * scale)
 
@@ -104,6 +108,8 @@ class Int8Codec(Codec):
         return width + 4
 
     def encode(self, rows: torch.Tensor) -> torch.Tensor:
+        if rows.shape[0] == 0:  # a peer this epoch sends nothing to (adaptive, bns): byte views need a row
+            return self.empty_wire(0, rows.shape[1])
         rows = rows.float()
         scale = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-30) / 127.0
         scaled = rows / scale
@@ -115,6 +121,8 @@ class Int8Codec(Codec):
         return wire
 
     def decode(self, wire: torch.Tensor, out: torch.Tensor) -> None:
+        if wire.shape[0] == 0:
+            return
         scale = wire[:, :4].contiguous().view(torch.float32)
         out.copy_(wire[:, 4:].view(torch.int8).float() * scale)
 

@@ -188,9 +188,8 @@ def test_nan_features_are_refused_and_a_diverging_run_stops(partitioned, tmp_pat
 SCHEDULES = ["exact", "stale:4", "pipeline", "pipeline:0.5", "bns:0.1", "adaptive:0.05"]
 
 
-@pytest.mark.parametrize("spec, dtype", [(s, "fp32") for s in SCHEDULES] + [("exact", "fp16"), ("exact", "int8"),
-                                                                           ("stale:4", "bf16")])
-def test_every_schedule_on_cora_keeps_accuracy(cora_root, tmp_path, spec, dtype):
+@pytest.mark.parametrize("spec, dtype", [(s, d) for s in SCHEDULES for d in ("fp32", "fp16", "bf16", "int8")])
+def test_every_schedule_and_dtype_pair_on_cora_keeps_accuracy(cora_root, tmp_path, spec, dtype):
     parts = tmp_path / "cora"
     assert run_cli("partition", "--dataset", "planetoid:Cora", "--root", str(cora_root), "--num-parts", "2",
                    "--out", str(parts)).returncode == 0
