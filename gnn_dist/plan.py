@@ -130,7 +130,7 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     nnz = shape.entries + (n if conv.self_loops else 0)
     widths = model.layers(num_features, num_classes)
     params = sum(conv.parameter_count(i, o, **options) for i, o, options in widths)
-    params += 2 * model.hidden * (model.num_layers - 1) if model.batch_norm else 0
+    params += 2 * sum(o for _, o, _ in widths[:-1]) if model.batch_norm else 0  # BatchNorm after hidden layers
     peers = [r for r in shape.received_per_peer if r]
     bound = config.halo_block_rows if config.halo_block_rows > 0 else None
     block = min(max(peers, default=0), bound or h)
