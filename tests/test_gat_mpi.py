@@ -133,3 +133,22 @@ def test_sequential_gat_with_a_stale_schedule_is_refused_before_it_starts(partit
     assert done.returncode != 0
     assert "--halo-memory sequential runs --model gat with --schedule exact only" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_gat_killed_and_resumed_at_another_rank_count_follows_the_uninterrupted_curve(partitioned, tmp_path):
+    options = [*GAT, "--heads", "2", "--hidden", "8", "--dropout", "0.5", "--epochs", "6", "--no-progress"]
+    whole = tmp_path / "whole.jsonl"
+    done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:small", 2)), *options, "--metrics-out", str(whole))
+    assert done.returncode == 0, done.stderr
+    checkpoints = tmp_path / "ck"
+    failed = run_mpi(2, "train", "--parts", str(partitioned("synthetic:small", 2)), *options, "--checkpoint-dir",
+                     str(checkpoints), "--checkpoint-every", "2", env={"GNN_DIST_FAIL_AT": "3"})
+    assert failed.returncode != 0
+    resumed = tmp_path / "resumed.jsonl"
+    done = run_mpi(4, "train", "--parts", str(partitioned("synthetic:small", 4)), *options, "--checkpoint-dir",
+                   str(checkpoints), "--checkpoint-every", "2", "--resume", "--metrics-out", str(resumed))
+    assert done.returncode == 0, done.stderr
+    expected, again = read_metrics(whole)[0], read_metrics(resumed)[0]
+    assert [r["epoch"] for r in again] == list(range(6))
+    for a, b in zip(expected, again):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (expected, again)
