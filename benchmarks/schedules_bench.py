@@ -59,7 +59,12 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--num-layers", type=int, default=3)
     parser.add_argument("--out", default="runs/bench-schedules")
+    parser.add_argument("--configs", default=None,
+                        help="SCHEDULE[+DTYPE],... to run instead of the default set, e.g. exact,pipeline:0,pipeline:0.9 "
+                             "(the first is the baseline; dtype fp32 unless given)")
     args = parser.parse_args()
+    configs = CONFIGS if args.configs is None else [
+        (spec, dtype or "fp32") for spec, _, dtype in (c.partition("+") for c in args.configs.split(","))]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     raw = []
@@ -67,7 +72,7 @@ def main() -> None:
         for num_parts in (int(p) for p in args.parts.split(",")):
             parts = partition(dataset, num_parts, out / f"parts-{Path(dataset).stem.replace(':', '_')}-{num_parts}")
             for seed in (int(s) for s in args.seeds.split(",")):
-                for spec, dtype in CONFIGS:
+                for spec, dtype in configs:
                     metrics = out / f"m-{Path(dataset).stem}-{num_parts}-{seed}-{spec.replace(':', '_')}-{dtype}.jsonl"
                     final = run_train(num_parts, parts, metrics, [
                         "--hidden", str(args.hidden), "--num-layers", str(args.num_layers), "--epochs",
@@ -86,7 +91,7 @@ def main() -> None:
         for num_parts in (int(p) for p in args.parts.split(",")):
             runs = [r for r in raw if r["dataset"] == dataset and r["parts"] == num_parts]
             exact = {r["seed"]: r for r in runs if (r["spec"], r["dtype"]) == ("exact", "fp32")}
-            for spec, dtype in CONFIGS:
+            for spec, dtype in configs:
                 mine = [r for r in runs if (r["spec"], r["dtype"]) == (spec, dtype)]
                 if not mine:
                     continue
@@ -94,6 +99,7 @@ def main() -> None:
                                               for r in mine)
                 time_ratio = statistics.mean(r["epoch_s_median"] / exact[r["seed"]]["epoch_s_median"] for r in mine)
                 acc = statistics.mean(r["test_acc"] for r in mine)
+                acc_sd = statistics.stdev(r["test_acc"] for r in mine) if len(mine) > 1 else 0.0
                 delta = 100 * statistics.mean(r["test_acc"] - exact[r["seed"]]["test_acc"] for r in mine)
                 target = TARGETS.get((spec, dtype))
                 verdict = ""
@@ -105,14 +111,15 @@ def main() -> None:
                 summary.append({"dataset": dataset, "parts": num_parts, "label": label(spec, dtype),
                                 "bytes_per_epoch": statistics.mean(r["halo_bytes_total"] / r["epochs"] for r in mine),
                                 "bytes_ratio": bytes_ratio, "epoch_s": statistics.mean(r["epoch_s_median"] for r in mine),
-                                "time_ratio": time_ratio, "test_acc": acc, "delta_points": delta,
+                                "time_ratio": time_ratio, "test_acc": acc, "test_acc_sd": acc_sd, "delta_points": delta,
                                 "skipped_rows": statistics.mean(r["halo_rows_skipped_total"] for r in mine),
                                 "target": verdict, "seeds": len(mine)})
     table = markdown_table(
-        ["dataset", "P", "schedule", "MB/epoch", "bytes vs exact", "s/epoch", "time vs exact", "test acc",
+        ["dataset", "P", "schedule", "MB/epoch", "bytes vs exact", "s/epoch", "time vs exact", "test acc (sd)",
          "Δ acc (points)", "target"],
         [[Path(r["dataset"]).name, r["parts"], r["label"], f"{r['bytes_per_epoch'] / 1e6:.2f}",
-          f"{r['bytes_ratio']:.3f}", f"{r['epoch_s']:.3f}", f"{r['time_ratio']:.2f}", f"{100 * r['test_acc']:.2f}",
+          f"{r['bytes_ratio']:.3f}", f"{r['epoch_s']:.3f}", f"{r['time_ratio']:.2f}",
+          f"{100 * r['test_acc']:.2f} ({100 * r['test_acc_sd']:.2f})",
           f"{r['delta_points']:+.2f}", r["target"]] for r in summary])
     text = (f"{args.num_layers}-layer GCN, hidden {args.hidden}, {args.epochs} epochs, seeds {args.seeds} "
             f"(means; ratios per seed against exact); {machine()['cpu']}\n\n{table}\n")

@@ -107,7 +107,7 @@ def expected_owned_grads(parts, width: int, epoch: int, halo_epoch: int) -> list
     return out
 
 
-@pytest.mark.parametrize("schedule, lag", [(ExactSchedule, 0), (PipelineSchedule, 1)])
+@pytest.mark.parametrize("schedule, lag", [(ExactSchedule, 0), (lambda: PipelineSchedule(0.0), 1)])
 def test_pipeline_uses_the_previous_epochs_rows_and_gradients(partitioned, schedule, lag):
     directory = partitioned("synthetic:tiny", 3)
     results = run_epochs(directory, 3, schedule, 4, upstream_at=varying_upstream)
@@ -120,6 +120,11 @@ def test_pipeline_uses_the_previous_epochs_rows_and_gradients(partitioned, sched
         for rank, (part, halos, sent) in enumerate(results):
             assert torch.equal(halos[epoch], values(part.halo_ids, 4, used))
             assert torch.allclose(sent[epoch][2], expected[rank], atol=1e-6), (epoch, rank)
+
+
+def test_pipeline_smooths_with_0_9_unless_told_otherwise():
+    assert parse_schedule("pipeline").gamma == 0.9 and parse_schedule("pipeline").name == "pipeline"
+    assert parse_schedule("pipeline:0").gamma == 0.0 and parse_schedule("pipeline:0").name == "pipeline:0"
 
 
 def test_pipeline_smoothing(partitioned):
