@@ -179,9 +179,9 @@ MUTANTS = [
     Mutant("gat sequential: blocks differentiated with their own softmax sum",
            "gnn_dist/sequential.py", "grad_out[rows], delta[rows], heads,", "grad_out[rows], delta[rows] * 0, heads,",
            ("tests/test_gat.py::test_sequential_halos_equal_pyg_with_gat",)),
-    Mutant("gat: scores from x W without att_src (the fold drops the attention vector)",
-           "gnn_dist/models/gat.py", "return (w * att.view(self.heads, self.head_width, 1)).sum(1)",
-           "return w.sum(1)",
+    Mutant("gat: scores ignore the attention vectors",
+           "gnn_dist/models/gat.py", "* att.view(1, self.heads, self.head_width)).sum(-1)",
+           "* torch.ones_like(att).view(1, self.heads, self.head_width)).sum(-1)",
            ("tests/test_gat.py::test_one_layer_equals_pyg_gatconv",)),
 ]
 
