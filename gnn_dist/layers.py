@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -30,6 +31,15 @@ def glorot_(weight: torch.Tensor, generator: torch.Generator | None = None) -> N
     bound = math.sqrt(6.0 / (weight.shape[0] + weight.shape[1]))
     with torch.no_grad():
         weight.uniform_(-bound, bound, generator=generator)
+
+
+def with_self_loops(rows, cols, start: int, n_rows: int):
+    """COO entries (numpy or torch) plus one self loop per row: row r's column is start + r (its own node)."""
+    if isinstance(rows, np.ndarray):
+        loops = np.arange(n_rows, dtype=np.int64)
+        return np.concatenate([rows, loops]), np.concatenate([cols, loops + start])
+    loops = torch.arange(n_rows, dtype=torch.int64)
+    return torch.cat([rows, loops]), torch.cat([cols, loops + start])
 
 
 def linear_uniform_(linear: nn.Linear, generator: torch.Generator | None = None) -> None:

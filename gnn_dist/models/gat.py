@@ -24,7 +24,7 @@ from torch import nn
 from gnn_dist.dropout import mix32_reference
 from gnn_dist.kernels.attention import EdgeDropout, attention, merge
 from gnn_dist.kernels.spmm import SparseOperator
-from gnn_dist.layers import DistConv, glorot_
+from gnn_dist.layers import DistConv, glorot_, with_self_loops
 from gnn_dist.models.registry import register_model
 from gnn_dist.sequential import ExchangedBlocks, LocalBlocks, attend_blocks
 
@@ -97,13 +97,14 @@ class DistGATConv(DistConv):
     def finish(self, aggregated: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
         return aggregated
 
-    def _edge_dropout(self, row_ids: torch.Tensor | None, col_ids: torch.Tensor | None) -> EdgeDropout | None:
+    def _edge_dropout(self, col_ids: torch.Tensor | None, n_rows: int) -> EdgeDropout | None:
+        """The attention dropout of rows 0..n_rows over columns with original ids col_ids (rows first)."""
         if not self.training or self.attn_dropout == 0.0:
             return None
-        if row_ids is None or col_ids is None or self.pass_key is None:
+        if col_ids is None or self.pass_key is None:
             raise RuntimeError("GAT attention dropout needs the pass key and node ids (set by the model stack)")
         key = mix32_reference(self.pass_key ^ _ATTENTION_SALT)
-        return EdgeDropout.keyed(row_ids, col_ids, self.heads, key, self.attn_dropout)
+        return EdgeDropout.keyed(col_ids[:n_rows], col_ids, self.heads, key, self.attn_dropout)
 
     def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None,
                 halo_source=None) -> torch.Tensor:
@@ -118,9 +119,7 @@ class DistGATConv(DistConv):
             source = self.exchanger.gather(self.transform(x), self.slot)
             del x
         dst = self.destination_scores(source[:n])
-        ids = self.column_ids
-        dropout = self._edge_dropout(None if ids is None else ids[:n], ids)
-        return attention(self.operator, source, dst, self.heads, self.bias, dropout)
+        return attention(self.operator, source, dst, self.heads, self.bias, self._edge_dropout(self.column_ids, n))
 
     def _forward_sequential(self, x: torch.Tensor, halo_source) -> torch.Tensor:
         """--halo-memory sequential: one halo block at a time, joined by the online softmax (gnn_dist.sequential)."""
@@ -131,13 +130,12 @@ class DistGATConv(DistConv):
         source = self.transform(x)
         dst = self.destination_scores(source)
         del x
-        ids = self.column_ids
-        dropout = self._edge_dropout(None if ids is None else ids[:source.shape[0]], ids)
+        dropout = self._edge_dropout(self.column_ids, source.shape[0])
         return attend_blocks(self.blocked, blocks, source, dst, self.bias, self.heads, dropout)
 
     def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator, ids: torch.Tensor | None = None):
         n_dst = block_op.shape[0]
-        dropout = self._edge_dropout(None if ids is None else ids[:n_dst], ids)
+        dropout = self._edge_dropout(ids, n_dst)
         source = self.transform(h_src)
         return attention(block_op, source, self.destination_scores(source[:n_dst]), self.heads, self.bias, dropout)
 
@@ -154,15 +152,12 @@ class DistGATConv(DistConv):
     def normalise(rows: np.ndarray, cols: np.ndarray, deg: np.ndarray, start: int, n_rows: int):
         # The operator is only the pattern (values unused): every in-edge and one self loop per row, as PyG's
         # GATConv adds them (the partitioner has already dropped self loops of the input graph).
-        rows = np.concatenate([rows, np.arange(n_rows, dtype=np.int64)])
-        cols = np.concatenate([cols, np.arange(start, start + n_rows, dtype=np.int64)])
+        rows, cols = with_self_loops(rows, cols, start, n_rows)
         return rows, cols, np.ones(rows.shape[0])
 
     @staticmethod
     def block_operator(block) -> SparseOperator:
-        loops = torch.arange(block.n_dst, dtype=torch.int64)
-        rows = torch.cat([block.dst, loops])
-        cols = torch.cat([block.src, loops])
+        rows, cols = with_self_loops(block.dst, block.src, 0, block.n_dst)  # targets are the first sources
         return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0]), (block.n_dst, block.n_src))
 
     @staticmethod

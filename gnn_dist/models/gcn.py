@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from gnn_dist.kernels.spmm import SparseOperator
-from gnn_dist.layers import DistConv, glorot_
+from gnn_dist.layers import DistConv, glorot_, with_self_loops
 from gnn_dist.models.registry import register_model
 
 
@@ -40,8 +40,7 @@ class DistGCNConv(DistConv):
     @staticmethod
     def normalise(rows: np.ndarray, cols: np.ndarray, deg: np.ndarray, start: int, n_rows: int):
         # PyG's gcn_norm: self loops added, weight 1 / sqrt((deg_i + 1)(deg_j + 1)).
-        rows = np.concatenate([rows, np.arange(n_rows, dtype=np.int64)])
-        cols = np.concatenate([cols, np.arange(start, start + n_rows, dtype=np.int64)])
+        rows, cols = with_self_loops(rows, cols, start, n_rows)
         values = 1.0 / np.sqrt((deg[rows + start] + 1.0) * (deg[cols] + 1.0))
         return rows, cols, values
 
@@ -49,9 +48,7 @@ class DistGCNConv(DistConv):
     def block_operator(block) -> SparseOperator:
         # On a sampled block: the mean over the sampled neighbours and the node itself (a self loop per target).
         counts = torch.bincount(block.dst, minlength=block.n_dst).to(torch.float32)
-        loops = torch.arange(block.n_dst, dtype=torch.int64)
-        rows = torch.cat([block.dst, loops])
-        cols = torch.cat([block.src, loops])
+        rows, cols = with_self_loops(block.dst, block.src, 0, block.n_dst)  # targets are the first sources
         values = 1.0 / (counts[rows] + 1.0)
         return SparseOperator.from_coo(rows, cols, values, (block.n_dst, block.n_src))
 
