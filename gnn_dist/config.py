@@ -141,7 +141,8 @@ class TrainConfig:
     parts: str = option(help="partition directory from gnn-dist partition")
     model: ModelConfig = field(default_factory=ModelConfig)
     mode: str = option("full", "full: full-batch training; sampled: mini-batches of sampled neighbourhoods")
-    schedule: str = option("exact", "halo exchange schedule of hidden layers (docs/schedules.md)")
+    schedule: str = option("exact", "halo exchange schedule of hidden layers, or one per exchanged layer, "
+                           "comma-separated (docs/schedules.md)")
     halo_dtype: str = option("fp32", "wire format of halo rows: fp32, fp16, bf16 or int8")
     epochs: int = option(200, "training epochs")
     lr: float = option(0.01, "Adam's learning rate")
@@ -189,12 +190,13 @@ class TrainConfig:
                 raise ValueError("--schedule and --halo-dtype shape full-batch halo traffic: use them with --mode "
                                  "full (sampled mode fetches exact fp32 features)")
         schedule = parse_schedule(self.schedule)
+        layer_schedules = schedule.per_layer(self.model.num_layers - 1)
         if self.halo_memory not in HALO_MEMORY_MODES:
             raise ValueError(f"bad --halo-memory {self.halo_memory!r}: use resident or sequential")
         if self.halo_memory == "sequential":
             if self.mode != "full":
                 raise ValueError("--halo-memory sequential is for --mode full (sampled mode holds no layer halos)")
-            if model_class(self.model.model).attention and schedule.kind != "exact":
+            if model_class(self.model.model).attention and any(s.kind != "exact" for s in layer_schedules):
                 raise ValueError(f"--halo-memory sequential runs --model {self.model.model} with --schedule exact only "
                                  f"(its blocks travel again in the backward): use --schedule exact, or --halo-memory "
                                  f"resident with {self.schedule}")

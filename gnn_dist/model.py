@@ -15,7 +15,7 @@ from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.layers import DistBatchNorm
 from gnn_dist.models import model_class
 from gnn_dist.partition.format import PartData
-from gnn_dist.schedules import parse_schedule
+from gnn_dist.schedules import layer_slot, parse_schedule
 from gnn_dist.sequential import BlockedOperator, build_blocked_operator
 
 
@@ -135,7 +135,7 @@ class DistGNN(nn.Module):
         conv_type = model_class(config.model)
         layers = config.layers(in_dim, out_dim)
         self.convs = nn.ModuleList(
-            conv_type(i, o, graph.operator, exchanger, slot=f"layer{k}", blocked=graph.blocked, **options)
+            conv_type(i, o, graph.operator, exchanger, slot=layer_slot(k), blocked=graph.blocked, **options)
             for k, (i, o, options) in enumerate(layers))
         for conv in self.convs:
             conv.column_ids = graph.local_ids
@@ -169,6 +169,8 @@ class DistGNN(nn.Module):
             elif k == 0:
                 h = conv(x_full=keyed_dropout(h.float(), graph.local_ids, key, p, self.training))
             else:
+                if self.training and p > 0 and self.exchanger.schedule.for_slot(conv.slot).measures_parameter_drift:
+                    self._note_shaping_parameters(k)
                 # The previous layer's ReLU runs fused with this layer's dropout, in place: no backward saved
                 # that output. The conv gets the only reference, so it can free its input early.
                 inputs = [keyed_dropout(h, graph.node_ids, key, p, self.training, relu=True, inplace=True)]
@@ -177,6 +179,17 @@ class DistGNN(nn.Module):
             if k < len(self.convs) - 1 and self.norms is not None:
                 h = self.norms[k](h)
         return h
+
+    @torch.no_grad()
+    def _note_shaping_parameters(self, k: int) -> None:
+        """For schedules that skip blocks which barely changed (gnn_dist.schedules.adaptive): the parameters
+        that shape layer k's exchanged rows (layers 0..k and the norms between them). Under dropout the rows
+        themselves differ by 50-110% from one epoch to the next (this layer's and every lower layer's masks),
+        so their change says nothing; the parameters' relative change is the noise-free part of it."""
+        shaping = [p for conv in self.convs[:k + 1] for p in conv.parameters()]
+        if self.norms is not None:
+            shaping += [p for norm in self.norms[:k] for p in norm.parameters()]
+        self.exchanger.shaping_parameters[self.convs[k].slot] = torch.cat([p.reshape(-1) for p in shaping])
 
     @torch.no_grad()
     def forward_layerwise(self, x_full: torch.Tensor, chunk_nodes: int) -> torch.Tensor:
@@ -268,8 +281,9 @@ def predicted_halo_bytes_per_epoch(total_halo_rows: int, config: ModelConfig, in
     codec = make_codec(halo_dtype)
     widths = [w for w in exchanged_widths(config, in_dim, out_dim) if w]
     transfers = 3 if halo_memory == "sequential" and model_class(config.model).attention else 2
-    exact = transfers * total_halo_rows * sum(codec.row_bytes(w) for w in widths)
-    return parse_schedule(schedule).predicted_bytes(exact, len(widths), num_parts)
+    schedules = parse_schedule(schedule).per_layer(len(widths))
+    return sum(layer_schedule.predicted_bytes(transfers * total_halo_rows * codec.row_bytes(w), 1, num_parts)
+               for layer_schedule, w in zip(schedules, widths))
 
 
 __all__ = ["LocalGraph", "DistGNN", "HaloPlan", "exchanged_widths", "predicted_halo_bytes_per_epoch"]

@@ -153,8 +153,8 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
         persistent["exchange buffers"] = 2 * S * sum(set(exchanged)) * FLOAT
     if len(peers):
         # Rows the schedule keeps between epochs, per exchanged layer (gnn_dist.schedules).
-        per_width = parse_schedule(config.schedule).cached_rows(h, S)
-        persistent["schedule caches"] = per_width * sum(exchanged) * FLOAT
+        schedules = parse_schedule(config.schedule).per_layer(len(exchanged))
+        persistent["schedule caches"] = sum(s.cached_rows(h, S) * w for s, w in zip(schedules, exchanged)) * FLOAT
 
     setup = _Liveness({"process": PROCESS_BYTES})
     setup.alloc("part file", n * (num_features * FLOAT + 4 * INDEX + 3) + h * (3 * INDEX + 4)

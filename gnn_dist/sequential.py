@@ -145,7 +145,8 @@ def aggregate_exchanged(blocked: BlockedOperator, exchanger: HaloExchanger, x_ow
 
     Shapes: x_owned [n_owned, F] -> [n_owned, F]
     """
-    stale = exchanger.schedule if exchanger.training and isinstance(exchanger.schedule, StaleSchedule) else None
+    schedule = exchanger.schedule.for_slot(slot)
+    stale = schedule if exchanger.training and isinstance(schedule, StaleSchedule) else None
     cache = None
     if stale is not None:
         cache = stale.cache.get(slot)

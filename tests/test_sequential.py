@@ -70,10 +70,10 @@ def test_sequential_training_equals_resident_with_dropout_and_batchnorm(partitio
         assert s["eval_halo_bytes"] == r["eval_halo_bytes"] > 0
 
 
-@pytest.mark.parametrize("num_parts", [2, 4])
-def test_sequential_stale_halos_equal_resident_stale_halos(partitioned, num_parts):
+@pytest.mark.parametrize("num_parts, schedule", [(2, "stale:3"), (4, "stale:3"), (2, "exact,stale:3")])
+def test_sequential_stale_halos_equal_resident_stale_halos(partitioned, num_parts, schedule):
     directory = partitioned("synthetic:tiny", num_parts)
-    base = TrainConfig(parts=str(directory), schedule="stale:3", **{**TRAINING, "epochs": 7})
+    base = TrainConfig(parts=str(directory), schedule=schedule, **{**TRAINING, "epochs": 7})
     resident = _curve(directory, base, num_parts)
     sequential = _curve(directory, dataclasses.replace(base, halo_memory="sequential", halo_block_rows=6), num_parts)
     exact = _curve(directory, dataclasses.replace(base, schedule="exact"), num_parts)
@@ -82,7 +82,10 @@ def test_sequential_stale_halos_equal_resident_stale_halos(partitioned, num_part
     for r, s in zip(resident, sequential):
         assert s["loss"] == pytest.approx(r["loss"], rel=1e-5)
         assert (s["halo_bytes"], s["halo_rows_skipped"]) == (r["halo_bytes"], r["halo_rows_skipped"])
-    assert [s["halo_bytes"] > 0 for s in sequential] == [True, False, False, True, False, False, True]
+    if schedule == "stale:3":
+        assert [s["halo_bytes"] > 0 for s in sequential] == [True, False, False, True, False, False, True]
+    else:  # the first exchanged layer sends every epoch, the second one epoch in 3
+        assert [s["halo_rows_skipped"] > 0 for s in sequential] == [False, True, True, False, True, True, False]
 
 
 def test_sequential_loss_curve_is_the_same_at_every_rank_count(partitioned):
@@ -99,6 +102,8 @@ def test_sequential_loss_curve_is_the_same_at_every_rank_count(partitioned):
 @pytest.mark.parametrize("changes, message", [
     (dict(schedule="pipeline"), "--halo-memory sequential runs with --schedule exact or stale:R"),
     (dict(schedule="bns:0.5"), "--halo-memory sequential runs with --schedule exact or stale:R"),
+    (dict(schedule="stale:2,pipeline", model=ModelConfig(num_layers=3)),
+     "--halo-memory sequential runs with --schedule exact or stale:R"),
     (dict(mode="sampled"), "--halo-memory sequential is for --mode full"),
     (dict(halo_block_rows=-1), "--halo-block-rows must be 0"),
     (dict(halo_memory="lazy"), "bad --halo-memory 'lazy'"),

@@ -20,16 +20,21 @@ Input-feature halos are fetched once at start-up under every schedule.
                    travel. Dropped rows contribute nothing; kept rows keep the
                    full-graph normalisation (as BNS-GCN's code keeps the full
                    in-degree). Gradients flow back for kept rows only. bns:1 is exact.
-    adaptive:E[:K] Sancus-style skipping: per peer and direction, a rank skips
-                   sending a block whose relative change since it was last sent
-                   (||new - last|| / ||last||) is below E, at most K (default 4)
-                   times in a row; the receiver reuses the last block it got.
-                   One int32 flag per peer tells receivers what comes.
+    adaptive:E[:K] Sancus-style skipping: per peer, a rank skips sending a block when
+                   what shapes it changed by less than E (relative) since it was last
+                   sent, at most K (default 4) times in a row; the receiver reuses the
+                   last block it got, and no gradient travels back for a reused block.
+                   "What shapes it": the rows themselves with dropout off; with
+                   dropout on, the parameters of the layers below (the rows' change is
+                   then mostly the dropout sample). One int32 flag per peer tells
+                   receivers what comes (gnn_dist.schedules.adaptive).
+    S1,S2,...      one of the above per exchanged layer (every layer but the first),
+                   e.g. "stale:4,exact" for 3 layers (gnn_dist.schedules.layered).
 
 The contract every schedule keeps, and how to add one, is in gnn_dist.schedules.base
 (and docs/extending.md).
 """
-from gnn_dist.schedules.base import Schedule, parse_schedule, register_schedule, schedule_forms
+from gnn_dist.schedules.base import Schedule, layer_slot, parse_schedule, register_schedule, schedule_forms
 
 # Importing the schedule files registers them, in the order error messages list their forms.
 # isort: off
@@ -41,4 +46,4 @@ from gnn_dist.schedules.adaptive import AdaptiveSchedule
 # isort: on
 
 __all__ = ["AdaptiveSchedule", "BoundarySamplingSchedule", "ExactSchedule", "PipelineSchedule", "Schedule",
-           "StaleSchedule", "parse_schedule", "register_schedule", "schedule_forms"]
+           "StaleSchedule", "layer_slot", "parse_schedule", "register_schedule", "schedule_forms"]

@@ -18,6 +18,10 @@ new_full, buffer) and counts rows it does not send in `ex.counters.halo_rows_ski
                                      training halo bytes per epoch given the exact schedule's (inspect).
     cached_rows(n_halo, n_sent)      rows per exchanged width kept between epochs (the memory plan).
     runs_with_sequential_halos       whether --halo-memory sequential implements it.
+    measures_parameter_drift         whether forward reads ex.shaping_parameters[slot] (the model fills it
+                                     in training with dropout on: the parameters that shape the slot's rows).
+    per_layer(n) / for_slot(slot)    the schedule of each of n exchanged layers / of one slot: this one,
+                                     except under a per-layer SPEC (gnn_dist.schedules.layered).
 
 A schedule file registers its class with `@register_schedule`; the class
 names its `kind` (the SPEC before the first colon), its `form` (for error
@@ -38,6 +42,8 @@ class Schedule:
     kind: ClassVar[str] = ""
     form: ClassVar[str] = ""
     runs_with_sequential_halos: ClassVar[bool] = False
+    # Whether forward wants ex.shaping_parameters[slot]: a flat copy of the parameters that shape the rows.
+    measures_parameter_drift: ClassVar[bool] = False
 
     @property
     def name(self) -> str:
@@ -72,6 +78,19 @@ class Schedule:
         """Rows of every exchanged width this schedule keeps between epochs."""
         return 0
 
+    def per_layer(self, exchanged_layers: int) -> list[Schedule]:
+        """The schedule of each exchanged layer, first exchanged layer first."""
+        return [self] * exchanged_layers
+
+    def for_slot(self, slot: str) -> Schedule:
+        return self
+
+
+def layer_slot(layer: int) -> str:
+    """The exchange slot of the model's layer `layer` (counted from 0; layer 0 exchanges nothing: its halo
+    inputs are the cached features)."""
+    return f"layer{layer}"
+
 
 def register_schedule(schedule_class: type) -> type:
     """Class decorator: make schedule_class available as --schedule schedule_class.kind[:ARG]."""
@@ -89,7 +108,13 @@ def schedule_forms() -> str:
 
 
 def parse_schedule(spec: str, seed: int = 0) -> Schedule:
-    """The schedule named by a --schedule SPEC; a bad SPEC raises ValueError listing the valid forms."""
+    """The schedule named by a --schedule SPEC; a bad SPEC raises ValueError listing the valid forms.
+
+    A SPEC with commas names one schedule per exchanged layer (gnn_dist.schedules.layered)."""
+    if "," in spec:
+        from gnn_dist.schedules.layered import LayeredSchedule
+
+        return LayeredSchedule([parse_schedule(entry.strip(), seed) for entry in spec.split(",")])
     kind, colon, arg = spec.partition(":")
     schedule = None
     if kind in _SCHEDULES:
@@ -98,5 +123,6 @@ def parse_schedule(spec: str, seed: int = 0) -> Schedule:
         except ValueError:
             schedule = None
     if schedule is None:
-        raise ValueError(f"bad --schedule {spec!r}: valid forms: {schedule_forms()}")
+        raise ValueError(f"bad --schedule {spec!r}: valid forms: {schedule_forms()}, or one of them per exchanged "
+                         f"layer, comma-separated")
     return schedule
