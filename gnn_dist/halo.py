@@ -110,6 +110,8 @@ class HaloExchanger:
     training: bool = False
     beat: object = None  # callable(step: str) -> None: progress reports for the watchdog
     step: str = "halo exchange"
+    # slot -> the parameters that shape its rows, flat, for schedules that measure drift (under dropout)
+    shaping_parameters: dict = field(default_factory=dict)
     _buffers: dict = field(default_factory=dict)
 
     def __post_init__(self):

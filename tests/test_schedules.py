@@ -215,6 +215,43 @@ def test_adaptive_sends_exactly_the_blocks_that_changed_more_than_eps(partitione
             assert float(torch.linalg.vector_norm(halo - truth) / torch.linalg.vector_norm(truth)) < ADAPTIVE_EPS
 
 
+def test_adaptive_returns_gradients_for_fresh_blocks_only(partitioned):
+    """Every owned row's gradient is its own upstream 1 plus 1 per peer that received it fresh this epoch:
+    a reused block is a constant (as under stale:R), so its gradient stays with the receiver."""
+    directory = partitioned("synthetic:tiny", 3)
+    still = lambda ids, width, epoch: values(ids, width, 0)  # noqa: E731
+    results = run_epochs(directory, 3, lambda: AdaptiveSchedule(0.01, max_skips=2), 4, values_at=still)
+    for part, _, sent in results:
+        copies = torch.zeros(part.n_owned)
+        copies.index_add_(0, torch.as_tensor(part.send_idx), torch.ones(len(part.send_idx)))
+        for epoch, (_, skipped, grad) in enumerate(sent):
+            fresh = epoch in (0, 3)  # the first epoch, then after 2 skips in a row
+            assert torch.equal(grad, (1 + copies * fresh)[:, None].expand_as(grad))
+            assert (skipped == 0) == fresh
+
+
+def test_adaptive_skips_under_dropout_by_measuring_parameter_drift(partitioned):
+    """lr 1e-9 all but freezes the weights, so between epochs only the dropout sample changes the rows: the
+    parameters' drift stays below E and adaptive skips every block it may (K=3: epochs 0 and 4 send).
+    Comparing the rows as sent would send every epoch: two epochs' masks make them differ by far more than E."""
+    directory = partitioned("synthetic:small", 2)
+    config = TrainConfig(parts=str(directory), schedule="adaptive:0.01:3", progress=False, lr=1e-9,
+                         model=ModelConfig(hidden=24, num_layers=3, dropout=0.5))
+
+    def rank_fn(comm):
+        state = setup(RankContext(comm), config)
+        skipped = []
+        for epoch in range(6):
+            state.exchanger.counters.reset()
+            state.step.train_epoch(epoch)
+            skipped.append(state.exchanger.counters.halo_rows_skipped)
+        plan = state.exchanger.plan
+        return plan.rows_sent_to_peers + plan.n_halo, skipped
+
+    for rows_per_layer, skipped in run_fake_ranks(2, rank_fn):
+        assert skipped == [0, 2 * rows_per_layer, 2 * rows_per_layer, 2 * rows_per_layer, 0, 2 * rows_per_layer]
+
+
 def test_adaptive_with_zero_eps_is_exact(partitioned):
     directory = partitioned("synthetic:tiny", 3)
     adaptive = run_epochs(directory, 3, lambda: AdaptiveSchedule(0.0), 3)
@@ -290,27 +327,81 @@ def test_schedules_train_end_to_end_on_simulated_ranks(partitioned, spec):
         assert losses[0] == exact[0]  # epoch 0 has nothing stale to use: it is exact
 
 
+def per_epoch_halo_bytes(directory, spec, epochs):
+    """Per rank: (rows it sends per exchanged layer, its training halo bytes per epoch).
+
+    GCN 64 -> 24 -> 24 -> 10 on synthetic:small."""
+    config = TrainConfig(parts=str(directory), schedule=spec, progress=False,
+                         model=ModelConfig(hidden=24, num_layers=3, dropout=0.5))
+    config.validate()
+
+    def rank_fn(comm):
+        state = setup(RankContext(comm), config)
+        sent = []
+        for epoch in range(epochs):
+            state.exchanger.counters.reset()
+            state.step.train_epoch(epoch)
+            sent.append(state.exchanger.counters.halo_bytes)
+        state.exchanger.finish()
+        plan = state.exchanger.plan
+        return plan.rows_sent_to_peers + plan.n_halo, sent  # rows out forward, gradients of halo rows back
+
+    return run_fake_ranks(2, rank_fn)
+
+
+@pytest.mark.parametrize("spec, every_epoch_width, refreshed_width", [
+    ("stale:4,exact", 10, 24), ("exact,stale:4", 24, 10), ("exact,exact", 24 + 10, 0)])
+def test_per_layer_schedules_apply_to_their_own_layer(partitioned, spec, every_epoch_width, refreshed_width):
+    """The second layer sends its 24-wide input, the third its 10-wide output (fp32). Under "A,B" the second
+    layer follows A and the third B: each rank's bytes per epoch, counted from its rows, say which did."""
+    directory = partitioned("synthetic:small", 2)
+    for rows_out, sent in per_epoch_halo_bytes(directory, spec, epochs=6):
+        expected = [rows_out * 4 * (every_epoch_width + (refreshed_width if epoch % 4 == 0 else 0))
+                    for epoch in range(6)]
+        assert sent == expected
+
+
+def test_per_layer_schedule_of_one_kind_is_that_schedule(partitioned):
+    directory = partitioned("synthetic:small", 2)
+    assert train_losses(directory, "exact,exact", epochs=8) == train_losses(directory, "exact", epochs=8)
+    assert train_losses(directory, "stale:3,stale:3", epochs=8) == train_losses(directory, "stale:3", epochs=8)
+    assert train_losses(directory, "stale:3,exact", epochs=8) != train_losses(directory, "stale:3", epochs=8)
+
+
+def test_per_layer_schedule_needs_one_entry_per_exchanged_layer(partitioned):
+    config = TrainConfig(parts="unused", schedule="stale:4,exact,exact", model=ModelConfig(num_layers=3))
+    with pytest.raises(ValueError, match="gives 3 per-layer entries but the model exchanges 2 layers"):
+        config.validate()
+    with pytest.raises(ValueError, match="valid forms"):
+        parse_schedule("stale:4,fast")
+
+
 # synthetic:small has 64 features and 10 classes. With --hidden 24 --num-layers 3 (64 -> 24 -> 24 -> 10) the
 # first layer exchanges nothing per epoch (cached input features), the second sends its 24-wide input and the
 # third its 10-wide output (the narrower side). Bytes per row on the wire, written out per dtype:
 # fp32 4 per value; fp16 2 per value plus a 4-byte row scale; bf16 2 per value; int8 1 per value plus the scale.
-WIRE_ROW_BYTES = {"fp32": 4 * 24 + 4 * 10, "fp16": (2 * 24 + 4) + (2 * 10 + 4), "bf16": 2 * 24 + 2 * 10,
-                  "int8": (24 + 4) + (10 + 4)}
+LAYER_ROW_BYTES = {"fp32": (4 * 24, 4 * 10), "fp16": (2 * 24 + 4, 2 * 10 + 4), "bf16": (2 * 24, 2 * 10),
+                   "int8": (24 + 4, 10 + 4)}  # (second layer, third layer)
+WIRE_ROW_BYTES = {dtype: sum(pair) for dtype, pair in LAYER_ROW_BYTES.items()}
 
 
 def formula_bytes_per_epoch(spec: str, dtype: str, halo_rows: int, num_parts: int) -> float:
     exact = 2 * halo_rows * WIRE_ROW_BYTES[dtype]  # each halo row forward, its gradient back
     kind, _, arg = spec.partition(":")
+    if spec == "stale:4,exact":  # the second layer one epoch in 4, the third every epoch
+        second, third = LAYER_ROW_BYTES[dtype]
+        return 2 * halo_rows * (second / 4 + third)
     if kind == "stale":
         return exact / int(arg)  # one epoch in R exchanges
     if kind == "bns":
         return exact * float(arg)  # the expected kept fraction
     if kind == "adaptive":
-        return exact + 2 * 2 * num_parts * (num_parts - 1) * 4  # + one int32 flag per peer, direction and layer
+        return exact + 2 * num_parts * (num_parts - 1) * 4  # + one int32 flag per peer and layer (forward only)
     return exact  # exact and pipeline send every row once per epoch
 
 
-@pytest.mark.parametrize("spec", ["exact", "stale:4", "pipeline", "pipeline:0.5", "bns:0.25", "adaptive:0.1"])
+@pytest.mark.parametrize("spec", ["exact", "stale:4", "pipeline", "pipeline:0.5", "bns:0.25", "adaptive:0.1",
+                                  "stale:4,exact"])
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16", "int8"])
 def test_inspect_prediction_matches_the_written_out_formula(partitioned, spec, dtype):
     from gnn_dist.inspect import inspect_partition

@@ -1,6 +1,35 @@
-"""adaptive:E[:K]: Sancus-style skipping of blocks that barely changed (see gnn_dist.schedules)."""
+"""adaptive:E[:K]: Sancus-style skipping of halo blocks that barely changed (see gnn_dist.schedules).
+
+The rule, per exchanged layer and peer: the owner skips sending a block when
+what shapes it changed by less than E (relative) since the block was last
+sent, and it has skipped that block fewer than K times in a row (Sancus's
+bound on staleness, in epochs). The receiver then reuses the last block it
+got. One int32 flag per peer says what comes.
+
+What "changed" measures:
+- dropout off: the block's rows, ||new - last|| / ||last|| (Sancus's rule);
+- dropout on: the parameters that shape the layer's rows (its own and the
+  layers' below), ||theta - theta_last|| / ||theta_last||, which the model
+  hands over in `ex.shaping_parameters[slot]`. The rows themselves cannot
+  tell: two epochs' dropout masks (this layer's and every lower layer's)
+  make the sent rows differ by 50-110% from one epoch to the next all
+  through training (facebook, P=4, GCN 3x64, dropout 0.5; with dropout off
+  they settle to about 1% by epoch 50), so Sancus's rule never skips
+  (adaptive:0.05 sent all of exact's bytes on facebook at P=2 and 4:
+  benchmarks/results/schedules-facebook.md). The weights are the
+  only noise-free source of change, and all ranks hold the same ones, so
+  every block of a layer is skipped or sent alike: early in training, when
+  the weights move fast, the layer exchanges every epoch; later it skips up
+  to K epochs in a row.
+
+The backward follows the forward, as `stale:R` does: a reused block is a
+constant of this epoch, so its rows' gradients are discarded and nothing
+travels back for it. Gradient blocks need no flags: both sides know which
+forward blocks travelled.
+"""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,11 +43,13 @@ from gnn_dist.schedules.base import Schedule, register_schedule
 class AdaptiveSchedule(Schedule):
     eps: float
     max_skips: int = 4
-    last_sent: dict = field(default_factory=dict)      # (slot, direction) -> rows last sent, per send layout
-    last_received: dict = field(default_factory=dict)  # (slot, direction) -> rows last received
-    skips_in_a_row: dict = field(default_factory=dict)
+    last_sent: dict = field(default_factory=dict)        # slot -> rows as last sent (dropout off)
+    last_parameters: dict = field(default_factory=dict)  # slot -> shaping parameters at the last send (dropout on)
+    last_received: dict = field(default_factory=dict)    # slot -> halo rows as last received
+    skips_in_a_row: dict = field(default_factory=dict)   # slot -> per peer
     kind = "adaptive"
     form = "adaptive:EPS[:MAXSKIP]"
+    measures_parameter_drift = True
 
     @classmethod
     def parse(cls, arg, seed):
@@ -28,86 +59,105 @@ class AdaptiveSchedule(Schedule):
         return cls(eps, skips) if eps >= 0 and skips >= 1 else None
 
     def predicted_bytes(self, exact_bytes, exchanged_layers, num_parts):
-        # An upper bound: every block sent, plus one int32 flag per peer, direction and exchanged layer.
-        return exact_bytes + 2 * exchanged_layers * num_parts * (num_parts - 1) * 4
+        # An upper bound: every block sent, plus one int32 flag per peer and exchanged layer.
+        return exact_bytes + exchanged_layers * num_parts * (num_parts - 1) * 4
 
     def cached_rows(self, n_halo, n_sent):
-        return 2 * (n_halo + n_sent)  # last rows sent and received, both directions
+        return n_halo + n_sent  # rows last received, and last sent (dropout off)
 
     @property
     def name(self) -> str:  # type: ignore[override]
         return f"adaptive:{self.eps:g}" + (f":{self.max_skips}" if self.max_skips != 4 else "")
 
-    def _exchange(self, ex, key, send: torch.Tensor, send_segments, recv_shape, recv_segments):
-        """Send the blocks that changed enough; returns all rows as the receiver should use them."""
-        plan = ex.plan
-        last = self.last_sent.get(key)
-        skips = self.skips_in_a_row.setdefault(key, np.zeros(plan.num_parts, dtype=np.int64))
+    def _changes(self, plan, slot: str, send: torch.Tensor, parameters: torch.Tensor | None) -> list[float]:
+        """Each peer block's relative change since it was last sent (inf before the first send)."""
+        if parameters is not None:
+            last = self.last_parameters.get(slot)
+            drift = math.inf if last is None else _relative_change(parameters, last)
+            return [drift] * plan.num_parts
+        last = self.last_sent.get(slot)
+        return [math.inf if last is None else _relative_change(send[seg], last[seg]) for seg in plan.send_segments()]
+
+    def _choose(self, plan, slot: str, send: torch.Tensor, parameters: torch.Tensor | None) -> np.ndarray:
+        """1 for each peer whose block travels this epoch; records what was sent."""
+        changes = self._changes(plan, slot, send, parameters)
+        skips = self.skips_in_a_row.setdefault(slot, np.zeros(plan.num_parts, dtype=np.int64))
+        segments = plan.send_segments()
         sending = np.ones(plan.num_parts, dtype=np.int32)
-        if last is not None:
-            for q, seg in enumerate(send_segments):
-                if q == plan.rank or seg.stop == seg.start:
-                    continue
-                change = torch.linalg.vector_norm(send[seg] - last[seg])
-                scale = torch.linalg.vector_norm(last[seg]).clamp_min(1e-12)
-                if change / scale < self.eps and skips[q] < self.max_skips:
-                    sending[q] = 0
+        for q, seg in enumerate(segments):
+            if q != plan.rank and seg.stop > seg.start and changes[q] < self.eps and skips[q] < self.max_skips:
+                sending[q] = 0
         skips[:] = np.where(sending == 1, 0, skips + 1)
-        incoming = ex.send_flags(sending)
-        send_counts = np.array([seg.stop - seg.start for seg in send_segments]) * sending
-        recv_counts = np.array([seg.stop - seg.start for seg in recv_segments]) * incoming
-        picked = torch.cat([send[seg] for q, seg in enumerate(send_segments) if sending[q]] or [send[:0]])
-        compact = torch.empty(int(recv_counts.sum()), send.shape[1])
-        ex.send_rows(picked, send_counts, compact, recv_counts)
-        if last is None:
-            self.last_sent[key] = send.clone()
+        peers_sent = [q for q, seg in enumerate(segments) if q != plan.rank and seg.stop > seg.start and sending[q]]
+        if parameters is not None:
+            if peers_sent or slot not in self.last_parameters:
+                self.last_parameters[slot] = parameters.clone()
+        elif slot not in self.last_sent:
+            self.last_sent[slot] = send.clone()
         else:
-            for q, seg in enumerate(send_segments):
-                if sending[q]:
-                    last[seg] = send[seg]
-        skipped = sum(seg.stop - seg.start for q, seg in enumerate(send_segments) if q != plan.rank and not sending[q])
-        ex.counters.halo_rows_skipped += skipped
-        result = self.last_received.setdefault(key, torch.zeros(recv_shape))
-        offset = 0
-        for q, seg in enumerate(recv_segments):
-            if incoming[q]:
-                rows = seg.stop - seg.start
-                result[seg] = compact[offset:offset + rows]
-                offset += rows
-        return result
+            for q in peers_sent:
+                self.last_sent[slot][segments[q]] = send[segments[q]]
+        return sending
 
     def forward(self, ex, slot, x_owned):
         plan = ex.plan
         send = x_owned.index_select(0, plan.send_idx)
-        halo = self._exchange(ex, (slot, "fwd"), send, plan.send_segments(), (plan.n_halo, send.shape[1]),
-                              plan.recv_segments())
+        sending = self._choose(plan, slot, send, ex.shaping_parameters.pop(slot, None))
+        incoming = ex.send_flags(sending)
+        send_segments, recv_segments = plan.send_segments(), plan.recv_segments()
+        send_counts = plan.send_counts * sending
+        recv_counts = plan.recv_counts * incoming
+        picked = torch.cat([send[seg] for q, seg in enumerate(send_segments) if sending[q]] or [send[:0]])
+        compact = torch.empty(int(recv_counts.sum()), send.shape[1])
+        ex.send_rows(picked, send_counts, compact, recv_counts)
+        ex.counters.halo_rows_skipped += int((plan.send_counts * (1 - sending)).sum())
+        halo = self.last_received.setdefault(slot, torch.zeros(plan.n_halo, send.shape[1]))
+        offset = 0
+        for q, seg in enumerate(recv_segments):
+            if incoming[q]:
+                halo[seg] = compact[offset:offset + seg.stop - seg.start]
+                offset += seg.stop - seg.start
         full = ex.new_full(x_owned)
         full[plan.n_owned:] = halo
-        return full, None
+        return full, (sending, incoming)
 
-    def backward(self, ex, slot, grad_full, info):
+    def backward(self, ex, slot, grad_full, flags):
+        """Gradients go back for the blocks that came fresh this epoch only."""
+        sending, incoming = flags
         plan = ex.plan
-        grads = self._exchange(ex, (slot, "bwd"), grad_full[plan.n_owned:], plan.recv_segments(),
-                               (plan.rows_sent, grad_full.shape[1]), plan.send_segments())
+        send_segments, recv_segments = plan.send_segments(), plan.recv_segments()
+        halo_grads = grad_full[plan.n_owned:]
+        picked = torch.cat([halo_grads[seg] for q, seg in enumerate(recv_segments) if incoming[q]]
+                           or [halo_grads[:0]])
+        returned = torch.empty(int((plan.send_counts * sending).sum()), grad_full.shape[1])
+        ex.send_rows(picked, plan.recv_counts * incoming, returned, plan.send_counts * sending)
+        ex.counters.halo_rows_skipped += int((plan.recv_counts * (1 - incoming)).sum())
         grad_owned = grad_full[:plan.n_owned].clone()
-        grad_owned.index_add_(0, plan.send_idx, grads)
+        fresh = [seg for q, seg in enumerate(send_segments) if sending[q]]
+        if fresh:
+            rows = torch.cat([plan.send_idx[seg] for seg in fresh])
+            grad_owned.index_add_(0, rows, returned)
         return grad_owned
 
     def state_dict(self):
         out = {}
-        for prefix, table in (("sent", self.last_sent), ("received", self.last_received)):
-            for (slot, direction), value in table.items():
-                out[f"adaptive/{prefix}/{slot}/{direction}"] = value
-        for (slot, direction), value in self.skips_in_a_row.items():
-            out[f"adaptive/skips/{slot}/{direction}"] = torch.from_numpy(value.copy())
+        for prefix, table in (("sent", self.last_sent), ("parameters", self.last_parameters),
+                              ("received", self.last_received)):
+            for slot, value in table.items():
+                out[f"adaptive/{prefix}/{slot}"] = value
+        for slot, value in self.skips_in_a_row.items():
+            out[f"adaptive/skips/{slot}"] = torch.from_numpy(value.copy())
         return out
 
     def load_state_dict(self, tensors):
+        tables = {"sent": self.last_sent, "parameters": self.last_parameters, "received": self.last_received}
         for key, value in tensors.items():
-            _, kind, slot, direction = key.split("/")
-            if kind == "sent":
-                self.last_sent[(slot, direction)] = value
-            elif kind == "received":
-                self.last_received[(slot, direction)] = value
+            _, kind, slot = key.split("/")
+            if kind == "skips":
+                self.skips_in_a_row[slot] = value.numpy().copy()
             else:
-                self.skips_in_a_row[(slot, direction)] = value.numpy().copy()
+                tables[kind][slot] = value
+
+
+def _relative_change(new: torch.Tensor, last: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(new - last) / torch.linalg.vector_norm(last).clamp_min(1e-12))
