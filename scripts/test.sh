@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source "${VENV:-.venv}/bin/activate"
 ruff check .
-exec python -m pytest -q "$@"
+exec python -m pytest -q --durations=15 "$@"

@@ -1,7 +1,9 @@
 """Shared helpers: the real-data folder, partition fixtures and an mpiexec runner."""
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,7 +25,7 @@ def _mpiexec() -> str | None:
 MPIEXEC = _mpiexec()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def cora_root() -> Path:
     if not (PLANETOID_ROOT / "Cora" / "raw" / "ind.cora.graph").is_file():
         pytest.skip(f"real Cora data not found under {PLANETOID_ROOT} (../shared/data is absent)")
@@ -51,6 +53,17 @@ def run_mpi(n: int, *args: str, script: str | None = None, timeout: float = 180,
     target = [str(ROOT / "tests" / "mpi_scripts" / script)] if script else ["-m", "gnn_dist"]
     return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, *target, *args], capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+def train_many(num_parts: int, common: list[str], runs: list[str], timeout: float = 900) -> dict:
+    """Trainings one after another in one mpiexec launch (tests/mpi_scripts/train_many.py): each run's
+    `gnn-dist train` options are `common` plus its own string; returns {run: its final record}."""
+    done = run_mpi(num_parts, "--common", shlex.join(common), *(a for run in runs for a in ("--run", run)),
+                   script="train_many.py", timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    records = {record["run"]: record for record in map(json.loads, done.stdout.splitlines())}
+    assert list(records) == runs
+    return records
 
 
 @pytest.fixture(scope="session")
