@@ -431,7 +431,8 @@ def config_from_args(argv: list[str] | None = None) -> tuple[BenchConfig, bool]:
     parser.add_argument("--datasets")
     parser.add_argument("--root")
     parser.add_argument("--parts")
-    parser.add_argument("--schedules")
+    parser.add_argument("--schedules", help="comma-separated; a per-layer schedule joins its entries with / here "
+                        "(stale:4/exact is --schedule stale:4,exact)")
     parser.add_argument("--halo-dtypes")
     parser.add_argument("--modes")
     parser.add_argument("--models")
@@ -468,6 +469,8 @@ def config_from_args(argv: list[str] | None = None) -> tuple[BenchConfig, bool]:
         given = getattr(args, key)
         if given is not None:
             values[key] = _csv_list(given, cast)
+    if args.schedules is not None:
+        values["schedules"] = [spec.replace("/", ",") for spec in values["schedules"]]
     for key in ("root", "epochs", "hidden", "num_layers", "heads", "threads", "timeout", "out", "target_val_acc"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)

@@ -98,6 +98,8 @@ def test_dry_run_and_toml_config(tmp_path):
     done = run_cli("bench", "--config", str(toml), "--dry-run")
     assert done.returncode == 0
     assert done.stdout.count("mpiexec -n 4") == 4
+    config, _ = config_from_args(["--schedules", "exact,stale:4/exact", "--dry-run"])
+    assert config.schedules == ["exact", "stale:4,exact"]  # a per-layer schedule on the command line
 
 
 def test_time_to_accuracy_on_a_modelled_link(tmp_path):
