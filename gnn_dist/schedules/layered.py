@@ -37,10 +37,11 @@ class LayeredSchedule(Schedule):
 
     def per_layer(self, exchanged_layers: int) -> list[Schedule]:
         if exchanged_layers != len(self.layers):
+            entries = "1 entry" if exchanged_layers == 1 else f"{exchanged_layers} comma-separated entries"
             raise ValueError(
                 f"--schedule {self.name!r} gives {len(self.layers)} per-layer entries but the model exchanges "
-                f"{exchanged_layers} layers (every layer but the first): give {exchanged_layers} comma-separated "
-                f"entries, or one schedule for all layers")
+                f"{exchanged_layers} layer{'s' if exchanged_layers != 1 else ''} (every layer but the first): give "
+                f"{entries}, or one schedule for all layers")
         return list(self.layers)
 
     def for_slot(self, slot: str) -> Schedule:
