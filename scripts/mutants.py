@@ -199,6 +199,14 @@ MUTANTS = [
            "gnn_dist/models/gat.py", "* att.view(1, self.heads, self.head_width)).sum(-1)",
            "* torch.ones_like(att).view(1, self.heads, self.head_width)).sum(-1)",
            ("tests/test_gat.py::test_one_layer_equals_pyg_gatconv",)),
+    Mutant("gat: the source scores' gradient does not reach x W",
+           "gnn_dist/models/gat.py", "        grad_x = (grad_scores * att).view(-1, heads * width)\n",
+           "        grad_x = (grad_scores * att * 0).view(-1, heads * width)\n",
+           ("tests/test_gat.py::test_one_layer_equals_pyg_gatconv",)),
+    Mutant("gat: the source attention vector gets no gradient",
+           "gnn_dist/models/gat.py", "grad_att = (grad_scores * x).sum(0, keepdim=True) if ctx.needs_input_grad[2] else None",
+           "grad_att = torch.zeros_like(att) if ctx.needs_input_grad[2] else None",
+           ("tests/test_gat.py::test_one_layer_equals_pyg_gatconv",)),
 ]
 
 

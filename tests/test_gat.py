@@ -142,7 +142,16 @@ def test_one_layer_equals_pyg_gatconv():
         for name in DistGATConv.pyg_parameter_names():
             ours.get_parameter(name).copy_(theirs.get_parameter(name))
     x = torch.randn(n, f, generator=g, dtype=torch.float64)
-    assert (ours(x_full=x) - theirs(x, edge_index)).abs().max() <= 1e-12
+    ours_x, theirs_x = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    ours_out, theirs_out = ours(x_full=ours_x), theirs(theirs_x, edge_index)
+    assert (ours_out - theirs_out).abs().max() <= 1e-12
+    # and the gradients of every parameter and of the input, under an arbitrary upstream gradient
+    upstream = torch.randn(ours_out.shape, generator=g, dtype=torch.float64)
+    ours_out.backward(upstream)
+    theirs_out.backward(upstream)
+    assert (ours_x.grad - theirs_x.grad).abs().max() <= 1e-12
+    for name, theirs_name in DistGATConv.pyg_parameter_names().items():
+        assert (ours.get_parameter(name).grad - theirs.get_parameter(theirs_name).grad).abs().max() <= 1e-12, name
 
 
 @pytest.mark.parametrize("num_parts", [1, 2, 4])
