@@ -81,7 +81,7 @@ class DistGATConv(DistConv):
         einsum was slower than this product and sum on CPU.
         Shapes: x [n, heads * C] (rows may be a column slice) -> [n, heads]
         """
-        return (x.reshape(-1, self.heads, self.head_width) * att.view(1, self.heads, self.head_width)).sum(-1)
+        return _head_scores(x, att.view(1, self.heads, self.head_width))
 
     def transform(self, h: torch.Tensor) -> torch.Tensor:
         """[x W | a_src]: the rows every destination aggregates. Shapes: [n, in_dim] -> [n, out_dim + heads]."""
@@ -170,6 +170,11 @@ class DistGATConv(DistConv):
         return {name: name for name in ("lin.weight", "att_src", "att_dst", "bias")}
 
 
+def _head_scores(x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+    """Per head <x_h, att_h>. Shapes: x [n, heads * C] (rows may be a column slice), att [1, heads, C] -> [n, heads]"""
+    return (x.reshape(-1, att.shape[1], att.shape[2]) * att).sum(-1)
+
+
 class _SourceRows(torch.autograd.Function):
     """[x W | <x W, att> per head] with the arithmetic of autograd over matmul, product, sum and cat, keeping
     for the backward only the layer's input h, which the layer keeps anyway, and recomputing x W = h W^T there.
@@ -186,7 +191,7 @@ class _SourceRows(torch.autograd.Function):
     def forward(ctx, h, weight, att):  # type: ignore[override]
         _, heads, width = att.shape
         x = h @ weight.t()
-        rows = torch.cat([x, (x.view(-1, heads, width) * att).sum(-1)], 1)  # the product's temporary goes first
+        rows = torch.cat([x, _head_scores(x, att)], 1)  # the product's temporary goes first
         ctx.save_for_backward(h, weight, att)
         return rows
 

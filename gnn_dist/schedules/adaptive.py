@@ -83,12 +83,13 @@ class AdaptiveSchedule(Schedule):
         changes = self._changes(plan, slot, send, parameters)
         skips = self.skips_in_a_row.setdefault(slot, np.zeros(plan.num_parts, dtype=np.int64))
         segments = plan.send_segments()
+        peers = [q for q, seg in enumerate(segments) if q != plan.rank and seg.stop > seg.start]
         sending = np.ones(plan.num_parts, dtype=np.int32)
-        for q, seg in enumerate(segments):
-            if q != plan.rank and seg.stop > seg.start and changes[q] < self.eps and skips[q] < self.max_skips:
+        for q in peers:
+            if changes[q] < self.eps and skips[q] < self.max_skips:
                 sending[q] = 0
         skips[:] = np.where(sending == 1, 0, skips + 1)
-        peers_sent = [q for q, seg in enumerate(segments) if q != plan.rank and seg.stop > seg.start and sending[q]]
+        peers_sent = [q for q in peers if sending[q]]
         if parameters is not None:
             if peers_sent or slot not in self.last_parameters:
                 self.last_parameters[slot] = parameters.clone()

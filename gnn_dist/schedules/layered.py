@@ -31,10 +31,6 @@ class LayeredSchedule(Schedule):
     def runs_with_sequential_halos(self) -> bool:  # type: ignore[override]
         return all(schedule.runs_with_sequential_halos for schedule in self.layers)
 
-    @property
-    def measures_parameter_drift(self) -> bool:  # type: ignore[override]
-        return any(schedule.measures_parameter_drift for schedule in self.layers)
-
     def per_layer(self, exchanged_layers: int) -> list[Schedule]:
         if exchanged_layers != len(self.layers):
             entries = "1 entry" if exchanged_layers == 1 else f"{exchanged_layers} comma-separated entries"
