@@ -86,6 +86,15 @@ class Comm:
         """Non-blocking alltoallv: (a handle to wait on, bytes sent). Buffers must stay untouched until wait."""
         raise NotImplementedError
 
+    def isend(self, send: torch.Tensor, dest: int, tag: int) -> Pending:
+        """Non-blocking point-to-point send of a contiguous tensor's bytes; keep `send` untouched until wait."""
+        raise NotImplementedError
+
+    def irecv(self, recv: torch.Tensor, source: int, tag: int) -> Pending:
+        """Non-blocking receive of exactly recv's bytes from `source`. Messages of one (source, tag) arrive in
+        the order they were sent (MPI's non-overtaking rule)."""
+        raise NotImplementedError
+
     def allreduce_(self, tensor: torch.Tensor, op: str = "sum") -> None:
         """In-place reduction over ranks (op: sum or max)."""
         raise NotImplementedError
@@ -132,6 +141,12 @@ class MPIComm(Comm):
         request = self.comm.Ialltoallv(send_spec, recv_spec)
         return Pending(request, (send, recv, send_spec, recv_spec)), int(send_bytes.sum() - send_bytes[self.rank])
 
+    def isend(self, send, dest, tag):
+        return Pending(self.comm.Isend([_as_bytes(send), self._mpi.BYTE], dest=dest, tag=tag), (send,))
+
+    def irecv(self, recv, source, tag):
+        return Pending(self.comm.Irecv([_as_bytes(recv), self._mpi.BYTE], source=source, tag=tag), (recv,))
+
     def allreduce_(self, tensor, op="sum") -> None:
         mpi_op = {"sum": self._mpi.SUM, "max": self._mpi.MAX}[op]
         self.comm.Allreduce(self._mpi.IN_PLACE, tensor.numpy(), op=mpi_op)
@@ -160,8 +175,43 @@ class MPIComm(Comm):
 class _FakeWorld:
     def __init__(self, size: int, timeout: float):
         self.size = size
+        self.timeout = timeout
         self.barrier = threading.Barrier(size, timeout=timeout)
         self.slots: list[Any] = [None] * size
+        # Point-to-point messages, matched as MPI matches them: the k-th receive posted for a (source, dest, tag)
+        # gets the k-th message sent on it, whenever either side waits.
+        self.mailbox: dict[tuple[int, int, int, int], np.ndarray] = {}  # (source, dest, tag, k) -> payload
+        self.sent: dict[tuple[int, int, int], int] = {}
+        self.posted: dict[tuple[int, int, int], int] = {}
+        self.mail = threading.Condition()
+
+
+class _FakeReceive(Pending):
+    """A simulated receive: wait() takes the message its posting order matched, once it has arrived."""
+
+    def __init__(self, world: _FakeWorld, key: tuple[int, int, int], recv: torch.Tensor):
+        super().__init__()
+        self.world, self.key, self.recv, self.done = world, key, recv, False
+        with world.mail:
+            self.ticket = key + (world.posted.get(key, 0),)
+            world.posted[key] = self.ticket[-1] + 1
+
+    def wait(self) -> None:
+        if self.done:
+            return
+        world = self.world
+        with world.mail:
+            if not world.mail.wait_for(lambda: self.ticket in world.mailbox or world.barrier.broken,
+                                       timeout=world.timeout) or world.barrier.broken:
+                raise RuntimeError(f"simulated rank {self.key[1]}: no message from rank {self.key[0]} "
+                                   f"(tag {self.key[2]}) within {world.timeout} s")
+            payload = world.mailbox.pop(self.ticket)
+        expected = _as_bytes(self.recv)
+        if payload.nbytes != expected.nbytes:
+            raise RuntimeError(f"simulated rank {self.key[1]} expects {expected.nbytes} bytes from rank "
+                               f"{self.key[0]} (tag {self.key[2]}), which sent {payload.nbytes}")
+        expected[:] = payload
+        self.done = True
 
 
 class FakeComm(Comm):
@@ -196,6 +246,19 @@ class FakeComm(Comm):
         # Simulated ranks complete the exchange at once; the handle is already done.
         return Pending(), self.alltoallv(send, send_counts, recv, recv_counts)
 
+    def isend(self, send, dest, tag):
+        payload = _as_bytes(send).copy()  # delivered at once: the sender may reuse its buffer
+        key = (self.rank, dest, tag)
+        with self.world.mail:
+            count = self.world.sent.get(key, 0)
+            self.world.mailbox[key + (count,)] = payload
+            self.world.sent[key] = count + 1
+            self.world.mail.notify_all()
+        return Pending()
+
+    def irecv(self, recv, source, tag):
+        return _FakeReceive(self.world, (source, self.rank, tag), recv)
+
     def allreduce_(self, tensor, op="sum") -> None:
         items = self._exchange(tensor.clone())
         stacked = torch.stack(items)
@@ -213,6 +276,8 @@ class FakeComm(Comm):
 
     def abort(self, code=1) -> None:
         self.world.barrier.abort()
+        with self.world.mail:
+            self.world.mail.notify_all()
         raise RuntimeError(f"simulated rank {self.rank} aborted the job with code {code}")
 
 
@@ -231,6 +296,8 @@ def run_fake_ranks(size: int, fn: Callable[[FakeComm], Any], timeout: float = 60
         except BaseException as err:  # noqa: BLE001 - handed to the caller below
             errors[rank] = err
             world.barrier.abort()
+            with world.mail:
+                world.mail.notify_all()  # a rank waiting for this one's message gives up now
 
     threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(size)]
     for thread in threads:

@@ -90,6 +90,17 @@ class ModelledLinkComm(Comm):
         pending, sent = self.inner.ialltoallv(send, send_counts, recv, recv_counts)
         return _ModelledPending(pending, start + self.link.seconds(sent)), sent
 
+    def isend(self, send, dest, tag):
+        start = time.perf_counter()
+        pending = self.inner.isend(send, dest, tag)
+        return _ModelledPending(pending, start + self.link.seconds(send.numel() * send.element_size()))
+
+    def irecv(self, recv, source, tag):
+        # the bytes arrive no earlier than the link could carry them from the time the receive was posted
+        start = time.perf_counter()
+        pending = self.inner.irecv(recv, source, tag)
+        return _ModelledPending(pending, start + self.link.seconds(recv.numel() * recv.element_size()))
+
     def allreduce_(self, tensor: torch.Tensor, op: str = "sum") -> None:
         start = time.perf_counter()
         self.inner.allreduce_(tensor, op)
