@@ -21,6 +21,7 @@ from gnn_dist.schedules import parse_schedule
 from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS, HALO_MEMORY_MODES
 
 MODES = ("full", "sampled")
+SCHEDULE_GUARD = ("on", "off")
 SAMPLING_STRATEGIES = ("remote", "local")
 # Storage of the input features (--feature-dtype); the model upcasts them to fp32 where it uses them.
 FEATURE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -144,6 +145,9 @@ class TrainConfig:
     schedule: str = option("exact", "halo exchange schedule of hidden layers, or one per exchanged layer, "
                            "comma-separated (docs/schedules.md)")
     halo_dtype: str = option("fp32", "wire format of halo rows: fp32, fp16, bf16 or int8")
+    schedule_guard: str = option("on", "with a lossy --schedule: fall back to exact exchanges for a while when the "
+                                 "training loss climbs or validation accuracy collapses (gnn_dist.training.guard)",
+                                 choices=SCHEDULE_GUARD)
     epochs: int = option(200, "training epochs")
     lr: float = option(0.01, "Adam's learning rate")
     weight_decay: float = option(5e-4, "Adam's weight decay")
@@ -201,8 +205,8 @@ class TrainConfig:
                                  f"(its blocks travel again in the backward): use --schedule exact, or --halo-memory "
                                  f"resident with {self.schedule}")
             if not schedule.runs_with_sequential_halos:
-                raise ValueError(f"--halo-memory sequential runs with --schedule exact or stale:R: {self.schedule} "
-                                 f"builds whole-halo tensors each epoch; use --halo-memory resident with it")
+                raise ValueError(f"--halo-memory sequential needs a schedule that moves halo blocks one at a time "
+                                 f"(a block_pass): {self.schedule} has none; use --halo-memory resident with it")
         self._validate_numbers()
 
     def _validate_numbers(self) -> None:
@@ -215,6 +219,8 @@ class TrainConfig:
             raise ValueError("--feature-dtype is for --mode full; sampled mode keeps fp32 features")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError(f"--memory-limit must be positive, got {self.memory_limit}")
+        if self.schedule_guard not in SCHEDULE_GUARD:
+            raise ValueError(f"bad --schedule-guard {self.schedule_guard!r}: use on or off")
         if self.halo_dtype not in HALO_DTYPES:
             raise ValueError(f"bad --halo-dtype {self.halo_dtype!r}: valid: {', '.join(HALO_DTYPES)}")
         if self.epochs < 0:

@@ -112,6 +112,8 @@ class HaloExchanger:
     step: str = "halo exchange"
     # slot -> the parameters that shape its rows, flat, for schedules that measure drift (under dropout)
     shaping_parameters: dict = field(default_factory=dict)
+    # Set by the divergence guard (gnn_dist.training.guard): training exchanges exactly while it is on.
+    guard_exact: bool = False
     _buffers: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -135,6 +137,34 @@ class HaloExchanger:
         """Called by the model before each forward: schedules key their decisions on it."""
         self.epoch = epoch
         self.training = training
+
+    def active_schedule(self, slot: str):
+        """The schedule that moves slot's halo in this pass: the configured one in training, the exact exchange
+        in evaluation and while the divergence guard holds training to it."""
+        if not self.training or self.guard_exact:
+            return _exact()
+        return self.schedule.for_slot(slot)
+
+    def send_block(self, rows: torch.Tensor, dest: int, tag: int) -> Pending:
+        """Point-to-point: encode `rows` and start sending them to `dest` (sequential halos). Counts bytes and rows;
+        the returned handle keeps the wire rows alive until wait()."""
+        self.beat(self.step)
+        wire = self.codec.encode(rows)
+        start = time.perf_counter()
+        pending = self.comm.isend(wire, dest, tag)
+        self.counters.comm_s += time.perf_counter() - start
+        if dest != self.plan.rank:
+            self.counters.halo_bytes += wire.numel() * wire.element_size()
+            self.counters.halo_rows += rows.shape[0]
+        return _Timed(pending, self)
+
+    def receive_block(self, out: torch.Tensor, source: int, tag: int) -> Pending:
+        """Point-to-point: start receiving out.shape[0] rows from `source` into `out` (decoded on wait())."""
+        wire = out if self.codec.identity and out.is_contiguous() else self.codec.empty_wire(out.shape[0], out.shape[1])
+        start = time.perf_counter()
+        inner = self.comm.irecv(wire, source, tag)
+        self.counters.comm_s += time.perf_counter() - start
+        return _DecodeOnWait(inner, self.codec, wire, out, self)
 
     def gather(self, x_owned: torch.Tensor, slot: str) -> torch.Tensor:
         """[owned | halo] rows of x; differentiable. Shapes: [n_owned, F] -> [n_owned + n_halo, F]."""
@@ -242,6 +272,19 @@ class HaloExchanger:
         self.schedule.finish(self)
 
 
+class _Timed(Pending):
+    """A transfer whose wait() time counts as communication time."""
+
+    def __init__(self, inner: Pending, ex: HaloExchanger):
+        super().__init__()
+        self.inner, self.ex = inner, ex
+
+    def wait(self) -> None:
+        start = time.perf_counter()
+        self.inner.wait()
+        self.ex.counters.comm_s += time.perf_counter() - start
+
+
 class _DecodeOnWait(Pending):
     def __init__(self, inner: Pending, codec: Codec, wire: torch.Tensor, out: torch.Tensor, ex: HaloExchanger):
         super().__init__()
@@ -263,7 +306,7 @@ class _HaloGather(torch.autograd.Function):
     def forward(ctx, x_owned: torch.Tensor, ex: HaloExchanger, slot: str) -> torch.Tensor:  # type: ignore[override]
         ctx.ex = ex
         ctx.slot = slot
-        schedule = ex.schedule if ex.training else _exact()
+        schedule = ex.active_schedule(slot)
         ctx.schedule = schedule
         ex.step = f"epoch {ex.epoch}: {slot} forward halo exchange"
         full, ctx.info = schedule.forward(ex, slot, x_owned.contiguous())

@@ -169,7 +169,7 @@ class DistGNN(nn.Module):
             elif k == 0:
                 h = conv(x_full=keyed_dropout(h.float(), graph.local_ids, key, p, self.training))
             else:
-                if self.training and p > 0 and self.exchanger.schedule.for_slot(conv.slot).measures_parameter_drift:
+                if self.training and p > 0 and self.exchanger.active_schedule(conv.slot).measures_parameter_drift:
                     self._note_shaping_parameters(k)
                 # The previous layer's ReLU runs fused with this layer's dropout, in place: no backward saved
                 # that output. The conv gets the only reference, so it can free its input early.

@@ -16,14 +16,20 @@ No halo rows are needed in the backward pass, so none are fetched again:
 for GCN and GraphSAGE the aggregation is linear with a constant operator, so
 dX_b = A_b^T dY is computed block by block from the output gradient alone
 and sent back to the block's owner. Sequential mode therefore sends exactly
-the rows and bytes of resident mode (the `exact` schedule); only the number
-of messages grows (P - 1 rounds per layer and direction instead of one).
+the rows and bytes of resident mode; only the number of messages grows.
 
-Rounds: in round r every rank sends to (rank + r) % P and receives from
-(rank - r) % P, one alltoallv with a single non-zero count each, so every
-rank takes part in every collective. A round whose largest block exceeds the
-row bound is cut into sub-rounds; how many is agreed once at set-up from the
-P x P matrix of send counts.
+Steps: in round r every rank sends to (rank + r) % P and receives from
+(rank - r) % P; a round whose largest block exceeds the row bound is cut
+into sub-rounds, agreed once at set-up from the P x P matrix of send counts.
+Blocks travel point to point (Isend/Irecv, only between ranks that share
+rows, no collective per round), and each step's transfer starts one step
+ahead, so the next block is on the wire while this one is multiplied.
+
+Schedules: what a block carries, and what it is aggregated with, is the
+schedule's (its `BlockPass`): the rows just received (exact), a cache of the
+rows last received (stale, adaptive), last epoch's rows while this epoch's
+travel (pipeline), or the sampled rows only (bns). Each keeps its state per
+block range of one halo-sized buffer at most, never an [owned | halo] tensor.
 
 Shapes:
     BlockedOperator.owned: [n_owned, n_owned]; block.operator: [rows_b, cols_b] over its nonempty rows
@@ -35,9 +41,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gnn_dist.comm import Pending
 from gnn_dist.halo import HaloExchanger
 from gnn_dist.kernels.spmm import SparseOperator, _matmul, spmm
-from gnn_dist.schedules import StaleSchedule
 
 HALO_MEMORY_MODES = ("resident", "sequential")
 # Rows per block by default: 16 MiB per block at width 256, where one peer's whole block can be most of the
@@ -134,29 +140,78 @@ def build_blocked_operator(rows: torch.Tensor, cols: torch.Tensor, values: torch
     return BlockedOperator(owned=owned, steps=tuple(steps))
 
 
+FORWARD_ROWS, BACKWARD_GRADIENTS, ROWS_AGAIN = 0, 1, 2  # what a block message carries (its MPI tag's low bits)
+
+
+def message_tag(slot: str, purpose: int) -> int:
+    """The point-to-point tag of slot's messages of one purpose: messages of one (peer, tag) arrive in the order
+    they were sent, so a layer's blocks, and a pipelined layer's epochs, never mix."""
+    return int(slot.removeprefix("layer")) * 4 + purpose
+
+
+class BlockPass:
+    """How a schedule moves one layer's halo blocks in one pass (this base: the exact exchange).
+
+    The driver (`aggregate_exchanged`) owns the transfers; for every exchange step, in order, it asks
+        out_rows(step)              rows to send to step.dest (None: nothing travels)
+        in_buffer(step)             where step's block from step.src lands (None: nothing travels)
+        block_rows(step, got)       the rows the block is aggregated with (got: what arrived, or None)
+    and in the backward
+        begin_backward()
+        out_gradients(step, g)      the gradient rows of step's block to send to step.src (None: nothing)
+        in_gradients(step, like)    (buffer, the owned rows they belong to) for what step.dest returns, or None
+        finish_backward(grad_x)     anything left to add (a pipeline's gradients of the epoch before)
+    A pass that `defers` leaves its transfers in flight when it returns: the driver hands each one to
+    keep(), and the schedule waits for them itself (next epoch, or in finish()).
+    """
+
+    defers = False
+
+    def __init__(self, ex: HaloExchanger, x_owned: torch.Tensor | None):
+        self.ex = ex
+        self.plan = ex.plan
+        self.x_owned = x_owned
+
+    def send_range(self, step: Step) -> torch.Tensor:
+        return self.plan.send_idx[step.send_start:step.send_stop]
+
+    def out_rows(self, step: Step) -> torch.Tensor | None:
+        return self.x_owned.index_select(0, self.send_range(step))
+
+    def in_buffer(self, step: Step) -> torch.Tensor | None:
+        block = step.block
+        return self.x_owned.new_empty(block.col_stop - block.col_start, self.x_owned.shape[1])
+
+    def block_rows(self, step: Step, received: torch.Tensor | None) -> torch.Tensor | None:
+        return received
+
+    def begin_backward(self) -> None:
+        pass
+
+    def out_gradients(self, step: Step, grad_block: torch.Tensor) -> torch.Tensor | None:
+        return grad_block
+
+    def in_gradients(self, step: Step, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        rows = self.send_range(step)
+        return like.new_empty(rows.shape[0], like.shape[1]), rows
+
+    def finish_backward(self, grad_x: torch.Tensor) -> None:
+        pass
+
+    def keep(self, pending: Pending) -> None:
+        raise RuntimeError(f"{type(self).__name__} defers no transfer")
+
+
 def aggregate_exchanged(blocked: BlockedOperator, exchanger: HaloExchanger, x_owned: torch.Tensor,
                         bias: torch.Tensor | None, slot: str) -> torch.Tensor:
-    """A @ [X_owned | X_halo] (+ bias), the halo rows received block by block; differentiable in X and bias.
+    """A @ [X_owned | X_halo] (+ bias), the halo rows arriving block by block; differentiable in X and bias.
 
-    Under `stale:R` (training only) the received rows are also written into the
-    schedule's per-layer cache of halo rows (what stale halos need, and all they
-    keep); between refreshes the blocks come from that cache, nothing travels,
-    and the halo rows' gradients are discarded, as resident stale halos do.
+    The schedule in force (exchanger.active_schedule) decides what each block's transfer carries and what the
+    block is aggregated with (its BlockPass: received rows, or its own cached ones).
 
     Shapes: x_owned [n_owned, F] -> [n_owned, F]
     """
-    schedule = exchanger.schedule.for_slot(slot)
-    stale = schedule if exchanger.training and isinstance(schedule, StaleSchedule) else None
-    cache = None
-    if stale is not None:
-        cache = stale.cache.get(slot)
-        if exchanger.epoch % stale.refresh_every != 0 and cache is not None:
-            plan = exchanger.plan
-            exchanger.counters.halo_rows_skipped += plan.rows_sent_to_peers + plan.n_halo
-            return aggregate_local(blocked, x_owned, lambda start, stop: cache[start:stop], bias)
-        cache = torch.empty(exchanger.plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype)
-        stale.cache[slot] = cache
-    return _SequentialAggregate.apply(x_owned.contiguous(), bias, blocked, exchanger, slot, cache)
+    return _SequentialAggregate.apply(x_owned.contiguous(), bias, blocked, exchanger, slot)
 
 
 def aggregate_local(blocked: BlockedOperator, owned_source: torch.Tensor, halo_source, bias: torch.Tensor | None
@@ -179,164 +234,90 @@ def aggregate_local(blocked: BlockedOperator, owned_source: torch.Tensor, halo_s
     return out
 
 
-def _send_counts(num_parts: int, peer: int, rows: int) -> np.ndarray:
-    counts = np.zeros(num_parts, dtype=np.int64)
-    counts[peer] = rows
-    return counts
+def post_transfers(transfers: BlockPass, rows: torch.Tensor | None, dest: int, buffer: torch.Tensor | None, src: int,
+          tag: int) -> tuple[list[Pending], Pending | None]:
+    """Start one step's transfers: (the sends to wait for within the pass, the receive to wait for, or None).
+    A deferring pass keeps them all in flight instead."""
+    ex = transfers.ex
+    pendings = []
+    if rows is not None and rows.shape[0]:
+        pendings.append(ex.send_block(rows, dest, tag))
+    receive = ex.receive_block(buffer, src, tag) if buffer is not None and buffer.shape[0] else None
+    if transfers.defers:
+        for pending in pendings + ([receive] if receive is not None else []):
+            transfers.keep(pending)
+        return [], None
+    return pendings, receive
 
 
 class _SequentialAggregate(torch.autograd.Function):
+    """Each step's transfers start one step ahead, so the next block travels while this one is multiplied:
+    point-to-point messages, only between ranks that share halo rows."""
+
     @staticmethod
-    def forward(ctx, x_owned, bias, blocked: BlockedOperator, ex: HaloExchanger, slot: str,  # type: ignore[override]
-                keep_into: torch.Tensor | None = None):
-        plan = ex.plan
-        ctx.blocked, ctx.ex, ctx.slot, ctx.has_bias = blocked, ex, slot, bias is not None
+    def forward(ctx, x_owned, bias, blocked: BlockedOperator, ex: HaloExchanger, slot: str):  # type: ignore[override]
+        transfers = ex.active_schedule(slot).block_pass(ex, slot, x_owned)
+        ctx.blocked, ctx.ex, ctx.slot, ctx.has_bias, ctx.transfers = blocked, ex, slot, bias is not None, transfers
         out = _matmul(blocked.owned.matrix, x_owned, bias)
         ex.step = f"epoch {ex.epoch}: {slot} sequential forward halo exchange"
-        for step in blocked.steps:
-            block = step.block
-            send = x_owned.index_select(0, plan.send_idx[step.send_start:step.send_stop])
-            received = torch.empty(block.col_stop - block.col_start, x_owned.shape[1], dtype=x_owned.dtype)
-            ex.send_rows(send, _send_counts(plan.num_parts, step.dest, send.shape[0]), received,
-                         _send_counts(plan.num_parts, step.src, received.shape[0]))
-            del send
-            if keep_into is not None:
-                keep_into[block.col_start:block.col_stop] = received
-            if received.shape[0]:
-                out.index_add_(0, block.rows, _matmul(block.operator.matrix, received))
+        tag = message_tag(slot, FORWARD_ROWS)
+
+        def post(step: Step):
+            buffer = transfers.in_buffer(step) if step.block.col_stop > step.block.col_start else None
+            rows = transfers.out_rows(step) if step.send_stop > step.send_start else None
+            sends, receive = post_transfers(transfers, rows, step.dest, buffer, step.src, tag)
+            return sends, receive, buffer
+
+        steps = blocked.steps
+        ahead = post(steps[0]) if steps else None
+        for k, step in enumerate(steps):
+            sends, receive, buffer = ahead
+            ahead = post(steps[k + 1]) if k + 1 < len(steps) else None
+            if receive is not None:
+                receive.wait()
+            rows = transfers.block_rows(step, buffer if receive is not None else None)
+            if rows is not None and rows.shape[0] and step.block.rows.numel():
+                out.index_add_(0, step.block.rows, _matmul(step.block.operator.matrix, rows))
+            del rows, buffer
+            for sending in sends:
+                sending.wait()
         return out
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
-        blocked, ex = ctx.blocked, ctx.ex
-        plan = ex.plan
+        blocked, ex, transfers = ctx.blocked, ctx.ex, ctx.transfers
         grad_out = grad_out.contiguous()
         grad_x = _matmul(blocked.owned.transpose, grad_out)
         ex.step = f"epoch {ex.epoch}: {ctx.slot} sequential backward halo exchange"
-        for step in blocked.steps:
+        tag = message_tag(ctx.slot, BACKWARD_GRADIENTS)
+        transfers.begin_backward()
+
+        def post_receive(step: Step):
+            incoming = transfers.in_gradients(step, grad_out) if step.send_stop > step.send_start else None
+            _, receive = post_transfers(transfers, None, step.dest, incoming[0] if incoming else None, step.dest, tag)
+            return receive, incoming
+
+        steps = blocked.steps
+        ahead = post_receive(steps[0]) if steps else None
+        for k, step in enumerate(steps):
             block = step.block
-            # The gradient of the halo rows we received from src goes back to src; dest returns ours.
-            grad_halo = _matmul(block.operator.transpose, grad_out.index_select(0, block.rows)) \
-                if block.col_stop > block.col_start else grad_out.new_empty(0, grad_out.shape[1])
-            returned = torch.empty(step.send_stop - step.send_start, grad_out.shape[1], dtype=grad_out.dtype)
-            ex.send_rows(grad_halo, _send_counts(plan.num_parts, step.src, grad_halo.shape[0]), returned,
-                         _send_counts(plan.num_parts, step.dest, returned.shape[0]))
-            del grad_halo
-            grad_x.index_add_(0, plan.send_idx[step.send_start:step.send_stop], returned)
+            receive, incoming = ahead
+            ahead = post_receive(steps[k + 1]) if k + 1 < len(steps) else None
+            sends = []
+            if block.col_stop > block.col_start:
+                # The gradient of the halo rows we received from src goes back to src; dest returns ours.
+                grad_block = _matmul(block.operator.transpose, grad_out.index_select(0, block.rows)) \
+                    if block.rows.numel() else grad_out.new_zeros(block.col_stop - block.col_start, grad_out.shape[1])
+                sends, _ = post_transfers(transfers, transfers.out_gradients(step, grad_block), step.src, None, step.src, tag)
+                del grad_block
+            if receive is not None:
+                receive.wait()
+                grad_x.index_add_(0, incoming[1], incoming[0])
+            del incoming
+            for sending in sends:
+                sending.wait()
+        transfers.finish_backward(grad_x)
         grad_bias = grad_out.sum(0) if ctx.has_bias and ctx.needs_input_grad[1] else None
-        return grad_x, grad_bias, None, None, None, None
+        return grad_x, grad_bias, None, None, None
 
 
-class ExchangedBlocks:
-    """Where an attention layer's halo blocks come from when they travel: each block is received from its owner
-    (and, in the backward, received again, since attention needs the rows themselves to differentiate)."""
-
-    def __init__(self, exchanger: HaloExchanger, slot: str):
-        self.exchanger = exchanger
-        self.slot = slot
-
-    def fetch(self, step: Step, source_owned: torch.Tensor, phase: str) -> torch.Tensor:
-        ex, plan, block = self.exchanger, self.exchanger.plan, step.block
-        ex.step = f"epoch {ex.epoch}: {self.slot} sequential {phase} halo exchange"
-        send = source_owned.index_select(0, plan.send_idx[step.send_start:step.send_stop])
-        received = torch.empty(block.col_stop - block.col_start, source_owned.shape[1], dtype=source_owned.dtype)
-        ex.send_rows(send, _send_counts(plan.num_parts, step.dest, send.shape[0]), received,
-                     _send_counts(plan.num_parts, step.src, received.shape[0]))
-        return received
-
-    def give_back(self, step: Step, grad_block: torch.Tensor, grad_owned: torch.Tensor) -> None:
-        """The block's gradient goes to its owner; ours comes back from dest and joins grad_owned."""
-        ex, plan = self.exchanger, self.exchanger.plan
-        returned = torch.empty(step.send_stop - step.send_start, grad_block.shape[1], dtype=grad_block.dtype)
-        ex.send_rows(grad_block, _send_counts(plan.num_parts, step.src, grad_block.shape[0]), returned,
-                     _send_counts(plan.num_parts, step.dest, returned.shape[0]))
-        grad_owned.index_add_(0, plan.send_idx[step.send_start:step.send_stop], returned)
-
-
-class LocalBlocks:
-    """Where the first layer's halo blocks come from: made from the cached input features (dropout and the
-    layer's transform run per block); in the backward each block is made again with autograd and its gradient
-    flows into the layer's parameters."""
-
-    def __init__(self, block_source):
-        self.block_source = block_source  # (halo start, halo stop) -> the block's source rows, differentiable
-
-    def fetch(self, step: Step, source_owned: torch.Tensor, phase: str) -> torch.Tensor:
-        with torch.no_grad():
-            return self.block_source(step.block.col_start, step.block.col_stop)
-
-    def give_back(self, step: Step, grad_block: torch.Tensor, grad_owned: torch.Tensor) -> None:
-        if grad_block.shape[0]:
-            with torch.enable_grad():
-                torch.autograd.backward(self.block_source(step.block.col_start, step.block.col_stop), grad_block)
-
-
-def attend_blocks(blocked: BlockedOperator, blocks, source_owned: torch.Tensor, dst_score: torch.Tensor,
-                  bias: torch.Tensor, heads: int, dropout) -> torch.Tensor:
-    """Attention (kernels/attention.py) over [owned | halo] columns with one halo block alive at a time.
-
-    Each block's partial result joins the running one by the online softmax
-    (running log-denominator, rescaled output): the result equals resident
-    attention. The backward needs the whole rows' log-denominators (kept,
-    [n_owned x heads]) and each block's rows again: `blocks` (ExchangedBlocks
-    or LocalBlocks) fetches them once more, so a travelling layer sends its
-    forward rows twice per epoch (3 row transfers instead of resident's 2).
-
-    dropout: the attention dropout over [owned | halo] columns (EdgeDropout) or None.
-    Shapes: source_owned [n_owned, heads * C + heads]; dst_score [n_owned, heads] -> [n_owned, heads * C]
-    """
-    return _SequentialAttention.apply(source_owned.contiguous(), dst_score.contiguous(), bias, blocked, blocks,
-                                      heads, dropout)
-
-
-def _block_dropout(dropout, n_owned: int, block: HaloBlock | None):
-    if dropout is None:
-        return None
-    if block is None:
-        return dropout.restricted(cols=slice(0, n_owned))
-    return dropout.restricted(rows=block.rows, cols=slice(n_owned + block.col_start, n_owned + block.col_stop))
-
-
-class _SequentialAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, source_owned, dst_score, bias, blocked: BlockedOperator, blocks, heads: int,  # type: ignore[override]
-                dropout):
-        from gnn_dist.kernels.attention import merge, partial_forward
-
-        n = source_owned.shape[0]
-        out, lse = partial_forward(blocked.owned, source_owned, dst_score, heads, _block_dropout(dropout, n, None))
-        for step in blocked.steps:
-            block = step.block
-            received = blocks.fetch(step, source_owned, "forward")
-            if block.rows.numel():
-                part = partial_forward(block.operator, received, dst_score[block.rows], heads,
-                                       _block_dropout(dropout, n, block))
-                out[block.rows], lse[block.rows] = merge((out[block.rows], lse[block.rows]), part, heads)
-            del received
-        ctx.save_for_backward(source_owned, dst_score, lse, out)
-        ctx.blocked, ctx.blocks, ctx.heads, ctx.dropout = blocked, blocks, heads, dropout
-        return out + bias
-
-    @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[override]
-        from gnn_dist.kernels.attention import partial_backward
-
-        source_owned, dst_score, lse, out = ctx.saved_tensors
-        blocked, blocks, heads, dropout = ctx.blocked, ctx.blocks, ctx.heads, ctx.dropout
-        n = source_owned.shape[0]
-        grad_out = grad_out.to(source_owned.dtype).contiguous()
-        # sum over the whole row of alpha * dL/dalpha = <dL/dout, out> per head (out without the bias)
-        delta = (grad_out.view(n, heads, -1) * out.view(n, heads, -1)).sum(-1)
-        grad_owned, grad_dst = partial_backward(blocked.owned, source_owned, dst_score, lse, grad_out, delta, heads,
-                                                _block_dropout(dropout, n, None))
-        for step in blocked.steps:
-            block = step.block
-            received = blocks.fetch(step, source_owned, "backward (rows again)")
-            rows = block.rows
-            grad_block, grad_dst_rows = partial_backward(block.operator, received, dst_score[rows], lse[rows],
-                                                         grad_out[rows], delta[rows], heads,
-                                                         _block_dropout(dropout, n, block))
-            del received
-            grad_dst.index_add_(0, rows, grad_dst_rows)
-            blocks.give_back(step, grad_block, grad_owned)
-        return grad_owned, grad_dst, grad_out.sum(0), None, None, None, None

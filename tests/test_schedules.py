@@ -27,8 +27,8 @@ def values(ids, width: int, epoch: int) -> torch.Tensor:
     return torch.cos(ids[:, None] * 0.1 + torch.arange(width)[None, :] + 0.5 * epoch)
 
 
-@pytest.mark.parametrize("spec", ["stale", "stale:0", "bns:0", "bns:1.5", "pipeline:1", "adaptive", "adaptive:x",
-                                  "fast", "adaptive:0.1:0"])
+@pytest.mark.parametrize("spec", ["stale", "stale:0", "bns:0", "bns:1.5", "pipeline:1", "pipeline:0.5:1", "adaptive",
+                                  "adaptive:x", "fast", "adaptive:0.1:0"])
 def test_bad_schedule_lists_the_valid_forms(spec):
     with pytest.raises(ValueError, match=r"valid forms: exact, stale:R"):
         parse_schedule(spec)
@@ -122,9 +122,14 @@ def test_pipeline_uses_the_previous_epochs_rows_and_gradients(partitioned, sched
             assert torch.allclose(sent[epoch][2], expected[rank], atol=1e-6), (epoch, rank)
 
 
-def test_pipeline_smooths_with_0_9_unless_told_otherwise():
-    assert parse_schedule("pipeline").gamma == 0.9 and parse_schedule("pipeline").name == "pipeline"
-    assert parse_schedule("pipeline:0").gamma == 0.0 and parse_schedule("pipeline:0").name == "pipeline:0"
+def test_pipeline_specs_name_their_smoothing():
+    default = parse_schedule("pipeline")
+    assert (default.rows_smoothing, default.grads_smoothing, default.name) == (0.95, 0.95, "pipeline")
+    plain = parse_schedule("pipeline:0")
+    assert (plain.rows_smoothing, plain.grads_smoothing, plain.name) == (0.0, 0.0, "pipeline:0")
+    split = parse_schedule("pipeline:0.9:0")
+    assert (split.rows_smoothing, split.grads_smoothing, split.name) == (0.9, 0.0, "pipeline:0.9:0")
+    assert parse_schedule("pipeline:0.9").name == "pipeline:0.9"
 
 
 def test_pipeline_smoothing(partitioned):

@@ -21,12 +21,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from gnn_dist.blocked_attention import ExchangedBlocks, LocalBlocks, attend_blocks
 from gnn_dist.dropout import mix32_reference
 from gnn_dist.kernels.attention import EdgeDropout, attention, merge
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.layers import DistConv, glorot_, with_self_loops
 from gnn_dist.models.registry import register_model
-from gnn_dist.sequential import ExchangedBlocks, LocalBlocks, attend_blocks
 
 _ATTENTION_SALT = 0x68E31DA4  # attention masks draw apart from the same layer's feature dropout
 

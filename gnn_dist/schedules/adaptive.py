@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from gnn_dist.schedules.base import Schedule, register_schedule
+from gnn_dist.sequential import BlockPass
 
 
 @register_schedule
@@ -122,6 +123,20 @@ class AdaptiveSchedule(Schedule):
         full[plan.n_owned:] = halo
         return full, (sending, incoming)
 
+    def block_pass(self, ex, slot, x_owned):
+        plan = ex.plan
+        parameters = ex.shaping_parameters.pop(slot, None)
+        send = None if parameters is not None else x_owned.index_select(0, plan.send_idx)  # the row rule's input
+        sending = self._choose(plan, slot, send, parameters)
+        incoming = ex.send_flags(sending)
+        ex.counters.halo_rows_skipped += int((plan.send_counts * (1 - sending)).sum()) \
+            + int((plan.recv_counts * (1 - incoming)).sum())
+        halo = self.last_received.setdefault(slot, x_owned.new_zeros(plan.n_halo, x_owned.shape[1]))
+        return _AdaptiveBlocks(ex, x_owned, sending, incoming, halo)
+
+    def reset(self):
+        self.last_sent, self.last_parameters, self.last_received, self.skips_in_a_row = {}, {}, {}, {}
+
     def backward(self, ex, slot, grad_full, flags):
         """Gradients go back for the blocks that came fresh this epoch only."""
         sending, incoming = flags
@@ -158,6 +173,30 @@ class AdaptiveSchedule(Schedule):
                 self.skips_in_a_row[slot] = value.numpy().copy()
             else:
                 tables[kind][slot] = value
+
+
+class _AdaptiveBlocks(BlockPass):
+    """Sequential halos under adaptive: a block travels when its owner sends that peer's rows this epoch (the
+    flags say which); otherwise it comes from the rows last received, and no gradient goes back for it."""
+
+    def __init__(self, ex, x_owned, sending: np.ndarray, incoming: np.ndarray, halo: torch.Tensor):
+        super().__init__(ex, x_owned)
+        self.sending, self.incoming, self.halo = sending, incoming, halo
+
+    def out_rows(self, step):
+        return super().out_rows(step) if self.sending[step.dest] else None
+
+    def in_buffer(self, step):
+        return self.halo[step.block.col_start:step.block.col_stop] if self.incoming[step.src] else None
+
+    def block_rows(self, step, received):
+        return self.halo[step.block.col_start:step.block.col_stop]
+
+    def out_gradients(self, step, grad_block):
+        return grad_block if self.incoming[step.src] else None
+
+    def in_gradients(self, step, like):
+        return super().in_gradients(step, like) if self.sending[step.dest] else None
 
 
 def _relative_change(new: torch.Tensor, last: torch.Tensor) -> float:

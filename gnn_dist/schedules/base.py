@@ -12,12 +12,16 @@ new_full, buffer) and counts rows it does not send in `ex.counters.halo_rows_ski
     backward(ex, slot, grad_full, info) -> grad_owned
         grad_full: the gradient of `full`; returns [n_owned, width], the owned
         rows' gradient with what the halo's owners sent back added in.
+    block_pass(ex, slot, x_owned)    a BlockPass (gnn_dist.sequential): what each halo block of slot carries
+                                     this pass with --halo-memory sequential, and what it is aggregated with.
+                                     A schedule without one is refused with sequential halos.
     finish(ex)                       complete anything still in flight (end of training, checkpoints).
+    reset()                          forget every cache: the next epoch starts afresh, as epoch 0 does
+                                     (after the divergence guard's exact epochs).
     state_dict() / load_state_dict(d)  the caches a checkpoint keeps to resume exactly (tensors by name).
     predicted_bytes(exact_bytes, exchanged_layers, num_parts)
                                      training halo bytes per epoch given the exact schedule's (inspect).
     cached_rows(n_halo, n_sent)      rows per exchanged width kept between epochs (the memory plan).
-    runs_with_sequential_halos       whether --halo-memory sequential implements it.
     measures_parameter_drift         whether forward reads ex.shaping_parameters[slot] (the model fills it
                                      in training with dropout on: the parameters that shape the slot's rows).
     per_layer(n) / for_slot(slot)    the schedule of each of n exchanged layers / of one slot: this one,
@@ -41,7 +45,6 @@ _SCHEDULES: dict[str, type] = {}
 class Schedule:
     kind: ClassVar[str] = ""
     form: ClassVar[str] = ""
-    runs_with_sequential_halos: ClassVar[bool] = False
     # Whether forward wants ex.shaping_parameters[slot]: a flat copy of the parameters that shape the rows.
     measures_parameter_drift: ClassVar[bool] = False
 
@@ -59,8 +62,20 @@ class Schedule:
     def backward(self, ex, slot: str, grad_full: torch.Tensor, info):
         raise NotImplementedError
 
+    def block_pass(self, ex, slot: str, x_owned: torch.Tensor):
+        """What slot's halo blocks carry in this pass with sequential halos (gnn_dist.sequential.BlockPass)."""
+        raise NotImplementedError
+
+    @property
+    def runs_with_sequential_halos(self) -> bool:
+        """Whether --halo-memory sequential can run it (it defines block_pass)."""
+        return type(self).block_pass is not Schedule.block_pass
+
     def finish(self, ex) -> None:
         """Complete anything still in flight."""
+
+    def reset(self) -> None:
+        """Forget every cache, so the next epoch starts as epoch 0 does."""
 
     def state_dict(self) -> dict:
         """Caches a checkpoint must keep to resume this schedule exactly."""

@@ -9,6 +9,7 @@ import torch
 from gnn_dist.dropout import _wrap_int32, mix32, stream_key
 from gnn_dist.schedules.base import Schedule, register_schedule
 from gnn_dist.schedules.exact import ExactSchedule
+from gnn_dist.sequential import BlockPass
 
 
 def _bernoulli_keep(node_ids: torch.Tensor, receivers: torch.Tensor, key: int, p: float) -> torch.Tensor:
@@ -41,19 +42,31 @@ class BoundarySamplingSchedule(Schedule):
     def name(self) -> str:  # type: ignore[override]
         return f"bns:{self.keep_fraction:g}"
 
-    def _masks(self, ex):
-        """(send rows kept, counts per peer, halo rows kept, counts per owner) for this epoch."""
+    def _keep(self, ex) -> tuple[torch.Tensor, torch.Tensor]:
+        """(bool per sent row, bool per halo row): which rows travel this epoch, the same on owner and receiver."""
         if self._epoch_masks is None or self._epoch_masks[0] != ex.epoch:
             plan = ex.plan
             key = stream_key(self.seed, ex.epoch, 0x0B5)
             send_keep = _bernoulli_keep(plan.send_node_ids, plan.send_peer, key, self.keep_fraction)
             me = torch.full((plan.n_halo,), plan.rank, dtype=torch.int64)
             halo_keep = _bernoulli_keep(plan.halo_ids, me, key, self.keep_fraction)
-            send_counts = np.bincount(plan.send_peer[send_keep].numpy(), minlength=plan.num_parts)
-            recv_counts = np.bincount(plan.halo_owner[halo_keep].numpy(), minlength=plan.num_parts)
-            self._epoch_masks = (ex.epoch, torch.nonzero(send_keep).squeeze(1), send_counts,
-                                 torch.nonzero(halo_keep).squeeze(1), recv_counts)
+            self._epoch_masks = (ex.epoch, send_keep, halo_keep)
         return self._epoch_masks[1:]
+
+    def _masks(self, ex):
+        """(send rows kept, counts per peer, halo rows kept, counts per owner) for this epoch."""
+        plan = ex.plan
+        send_keep, halo_keep = self._keep(ex)
+        send_counts = np.bincount(plan.send_peer[send_keep].numpy(), minlength=plan.num_parts)
+        recv_counts = np.bincount(plan.halo_owner[halo_keep].numpy(), minlength=plan.num_parts)
+        return torch.nonzero(send_keep).squeeze(1), send_counts, torch.nonzero(halo_keep).squeeze(1), recv_counts
+
+    def block_pass(self, ex, slot, x_owned):
+        send_keep, halo_keep = self._keep(ex)
+        plan = ex.plan
+        kept_sent = int(send_keep.sum()) - int(send_keep[plan.send_peer == plan.rank].sum())
+        ex.counters.halo_rows_skipped += plan.rows_sent_to_peers - kept_sent + plan.n_halo - int(halo_keep.sum())
+        return _SampledBlocks(ex, x_owned, send_keep, halo_keep)
 
     def forward(self, ex, slot, x_owned):
         plan = ex.plan
@@ -79,3 +92,38 @@ class BoundarySamplingSchedule(Schedule):
         grad_owned = grad_full[:plan.n_owned].clone()
         grad_owned.index_add_(0, plan.send_idx[send_rows], returned)
         return grad_owned
+
+
+class _SampledBlocks(BlockPass):
+    """Sequential halos under bns: each block carries its kept rows only; a dropped row aggregates as zero and
+    gets no gradient back."""
+
+    def __init__(self, ex, x_owned, send_keep: torch.Tensor, halo_keep: torch.Tensor):
+        super().__init__(ex, x_owned)
+        self.send_keep, self.halo_keep = send_keep, halo_keep
+
+    def _kept_sent(self, step) -> torch.Tensor:
+        return self.send_range(step)[self.send_keep[step.send_start:step.send_stop]]
+
+    def _kept_halo(self, step) -> torch.Tensor:
+        return torch.nonzero(self.halo_keep[step.block.col_start:step.block.col_stop]).squeeze(1)
+
+    def out_rows(self, step):
+        return self.x_owned.index_select(0, self._kept_sent(step))
+
+    def in_buffer(self, step):
+        return self.x_owned.new_empty(self._kept_halo(step).shape[0], self.x_owned.shape[1])
+
+    def block_rows(self, step, received):
+        if received is None:
+            return None
+        rows = received.new_zeros(step.block.col_stop - step.block.col_start, received.shape[1])
+        rows[self._kept_halo(step)] = received
+        return rows
+
+    def out_gradients(self, step, grad_block):
+        return grad_block[self._kept_halo(step)]
+
+    def in_gradients(self, step, like):
+        rows = self._kept_sent(step)
+        return like.new_empty(rows.shape[0], like.shape[1]), rows

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gnn_dist.schedules.base import Schedule, register_schedule
+from gnn_dist.sequential import BlockPass
 
 
 @register_schedule
@@ -9,7 +10,6 @@ class ExactSchedule(Schedule):
     kind = "exact"
     form = "exact"
     name = "exact"
-    runs_with_sequential_halos = True
 
     @classmethod
     def parse(cls, arg, seed):
@@ -20,6 +20,9 @@ class ExactSchedule(Schedule):
 
     def backward(self, ex, slot, grad_full, info):
         return ex.exact_backward(grad_full)
+
+    def block_pass(self, ex, slot, x_owned):
+        return BlockPass(ex, x_owned)
 
 
 ExactSchedule.shared = ExactSchedule()

@@ -49,9 +49,16 @@ class LayeredSchedule(Schedule):
     def backward(self, ex, slot, grad_full, info):
         return self._by_slot[slot].backward(ex, slot, grad_full, info)
 
+    def block_pass(self, ex, slot, x_owned):
+        return self._by_slot[slot].block_pass(ex, slot, x_owned)
+
     def finish(self, ex):
         for schedule in self.layers:
             schedule.finish(ex)
+
+    def reset(self):
+        for schedule in self.layers:
+            schedule.reset()
 
     def state_dict(self):
         return {f"layered/{slot}/{key}": value for slot, schedule in self._by_slot.items()

@@ -1,11 +1,9 @@
-"""pipeline[:G]: PipeGCN, halos and halo gradients one epoch late, in flight while compute runs.
+"""pipeline[:G[:H]]: PipeGCN, halo rows and halo gradients one epoch late, in flight while compute runs.
 
-Stale values are smoothed as PipeGCN-GF does, v <- G v + (1 - G) v_new, with G = 0.9 unless given
-(`pipeline:0` is plain PipeGCN). Unsmoothed, a stale halo row or gradient carries the previous epoch's
-dropout sample, uncorrelated with this epoch's masks, on top of one epoch of weight drift: on
-synthetic:arxiv at P=2 (GCN 3x128, 60 epochs, dropout 0.5) plain PipeGCN lost 7.1 points against
-exact (3.4 with dropout off), G = 0.5 lost 2.8, G = 0.8 0.5 and G = 0.9 none
-(benchmarks/results/pipeline-smoothing.md).
+Stale values are smoothed as PipeGCN-GF does, v <- G v + (1 - G) v_new: halo rows with G, halo gradients
+with H. `pipeline:G` smooths both with G (PipeGCN-GF's one decay rate), `pipeline:0` is plain PipeGCN, and
+plain `pipeline` is the default rule, DEFAULT_ROWS and DEFAULT_GRADIENTS below. Why that rule, measured on
+every graph of the schedule battery: docs/schedules.md.
 """
 from __future__ import annotations
 
@@ -14,67 +12,103 @@ from dataclasses import dataclass, field
 import torch
 
 from gnn_dist.schedules.base import Schedule, register_schedule
+from gnn_dist.sequential import BlockPass
+
+# The default rule: PipeGCN-GF's own decay rate, 0.95, for rows and gradients alike
+# (benchmarks/results/pipeline-rule.md has the battery it holds on).
+DEFAULT_ROWS = 0.95
+DEFAULT_GRADIENTS = 0.95
 
 
 @dataclass
 class _PipeState:
-    halo: torch.Tensor | None = None          # halo rows used this epoch
-    grads: torch.Tensor | None = None         # gradients for our sent rows, used this epoch
-    pending_halo: object = None
-    pending_grads: object = None
-    recv_halo: torch.Tensor | None = None
-    recv_grads: torch.Tensor | None = None
-    send_halo: torch.Tensor | None = None
-    send_grads: torch.Tensor | None = None
+    """One layer's pipeline: what this epoch uses, and what is in flight for the next."""
+
+    halo: torch.Tensor | None = None          # halo rows used this epoch (smoothed)
+    grads: torch.Tensor | None = None         # gradients of our sent rows, used this epoch (smoothed)
+    recv_halo: torch.Tensor | None = None     # this epoch's halo rows, arriving
+    recv_grads: torch.Tensor | None = None    # this epoch's returned gradients, arriving
+    send_halo: torch.Tensor | None = None     # this epoch's sent rows, kept until their transfer completes
+    send_grads: torch.Tensor | None = None    # this epoch's halo gradients, likewise
+    # transfers in flight (waiting is idempotent: they stay listed until their values are taken in)
+    pending_halo: list = field(default_factory=list)
+    pending_grads: list = field(default_factory=list)
 
 
-DEFAULT_SMOOTHING = 0.9
+def _complete(pending: list) -> None:
+    for transfer in pending:
+        transfer.wait()
 
 
 @dataclass
 @register_schedule
 class PipelineSchedule(Schedule):
-    gamma: float = DEFAULT_SMOOTHING
+    rows_smoothing: float = DEFAULT_ROWS
+    grads_smoothing: float | None = None  # None: as the rows (pipeline:G smooths both with G)
     states: dict = field(default_factory=dict)
     kind = "pipeline"
-    form = "pipeline, pipeline:GAMMA (0 <= GAMMA < 1)"
+    form = "pipeline, pipeline:G (0 <= G < 1: rows and gradients), pipeline:G:H (rows G, gradients H)"
+
+    def __post_init__(self):
+        if self.grads_smoothing is None:
+            self.grads_smoothing = self.rows_smoothing
 
     @classmethod
     def parse(cls, arg, seed):
-        gamma = float(arg) if arg else DEFAULT_SMOOTHING
-        return cls(gamma) if 0.0 <= gamma < 1.0 else None
+        if not arg:
+            return cls(DEFAULT_ROWS, DEFAULT_GRADIENTS)
+        rows_text, _, grads_text = arg.partition(":")
+        rows = float(rows_text)
+        grads = float(grads_text) if grads_text else rows
+        return cls(rows, grads) if 0.0 <= rows < 1.0 and 0.0 <= grads < 1.0 else None
 
     def cached_rows(self, n_halo, n_sent):
-        return 2 * n_halo + 2 * n_sent  # rows and gradients in use, and the ones in flight
+        # halo rows in use, arriving, and gradients sent back; gradients in use, arriving, and rows sent
+        return 3 * n_halo + 3 * n_sent
 
     @property
     def name(self) -> str:  # type: ignore[override]
-        return "pipeline" if self.gamma == DEFAULT_SMOOTHING else f"pipeline:{self.gamma:g}"
+        if (self.rows_smoothing, self.grads_smoothing) == (DEFAULT_ROWS, DEFAULT_GRADIENTS):
+            return "pipeline"
+        if self.rows_smoothing == self.grads_smoothing:
+            return f"pipeline:{self.rows_smoothing:g}"
+        return f"pipeline:{self.rows_smoothing:g}:{self.grads_smoothing:g}"
 
-    def _smooth(self, old: torch.Tensor, new: torch.Tensor) -> None:
-        if self.gamma == 0:
+    @staticmethod
+    def _smooth(old: torch.Tensor, new: torch.Tensor, gamma: float) -> None:
+        if gamma == 0:
             old.copy_(new)
         else:
-            old.mul_(self.gamma).add_(new, alpha=1 - self.gamma)
+            old.mul_(gamma).add_(new, alpha=1 - gamma)
+
+    def _arrived_rows(self, state: _PipeState) -> None:
+        """Take in last epoch's rows, once they have arrived."""
+        if state.pending_halo:
+            _complete(state.pending_halo)
+            state.pending_halo.clear()
+            self._smooth(state.halo, state.recv_halo, self.rows_smoothing)
+
+    def _arrived_grads(self, state: _PipeState) -> None:
+        if state.pending_grads:
+            _complete(state.pending_grads)
+            state.pending_grads.clear()
+            self._smooth(state.grads, state.recv_grads, self.grads_smoothing)
 
     def forward(self, ex, slot, x_owned):
         plan = ex.plan
         state = self.states.setdefault(slot, _PipeState())
-        width = x_owned.shape[1]
         if state.halo is None:  # epoch 0: nothing stale to use yet
             full = ex.exact_forward(x_owned)
             state.halo = full[plan.n_owned:].clone()
             return full, True
-        if state.pending_halo is not None:
-            state.pending_halo.wait()
-            self._smooth(state.halo, state.recv_halo)
+        self._arrived_rows(state)
         full = ex.new_full(x_owned)
         full[plan.n_owned:] = state.halo
         # This epoch's rows travel while this and the next epoch compute.
         state.send_halo = x_owned.index_select(0, plan.send_idx)
-        state.recv_halo = torch.empty(plan.n_halo, width)
-        state.pending_halo = ex.send_rows(state.send_halo, plan.send_counts, state.recv_halo, plan.recv_counts,
-                                          blocking=False)
+        state.recv_halo = x_owned.new_empty(plan.n_halo, x_owned.shape[1])
+        state.pending_halo.append(ex.send_rows(state.send_halo, plan.send_counts, state.recv_halo,
+                                               plan.recv_counts, blocking=False))
         return full, False
 
     def backward(self, ex, slot, grad_full, warmup):
@@ -85,33 +119,41 @@ class PipelineSchedule(Schedule):
             ex.send_rows(grad_full[plan.n_owned:], plan.recv_counts, returned, plan.send_counts)
             state.grads = returned.clone()
         else:
-            if state.pending_grads is not None:
-                state.pending_grads.wait()
-                self._smooth(state.grads, state.recv_grads)
+            self._arrived_grads(state)
             state.send_grads = grad_full[plan.n_owned:].clone()
-            state.recv_grads = torch.empty(plan.rows_sent, grad_full.shape[1])
-            state.pending_grads = ex.send_rows(state.send_grads, plan.recv_counts, state.recv_grads,
-                                               plan.send_counts, blocking=False)
+            state.recv_grads = grad_full.new_empty(plan.rows_sent, grad_full.shape[1])
+            state.pending_grads.append(ex.send_rows(state.send_grads, plan.recv_counts, state.recv_grads,
+                                                    plan.send_counts, blocking=False))
         grad_owned = grad_full[:plan.n_owned].clone()
         grad_owned.index_add_(0, plan.send_idx, state.grads)
         return grad_owned
 
+    def block_pass(self, ex, slot, x_owned):
+        state = self.states.setdefault(slot, _PipeState())
+        if state.halo is None:
+            return _WarmupBlocks(ex, x_owned, state)
+        self._arrived_rows(state)
+        return _PipelinedBlocks(ex, x_owned, state, self)
+
     def finish(self, ex):
         for state in self.states.values():
-            for pending in (state.pending_halo, state.pending_grads):
-                if pending is not None:
-                    pending.wait()
+            _complete(state.pending_halo)
+            _complete(state.pending_grads)
+
+    def reset(self):
+        self.finish(None)
+        self.states = {}
 
     def state_dict(self):
-        self.finish(None)
         out = {}
+        self.finish(None)
         for slot, state in self.states.items():
+            in_flight = (bool(state.pending_halo), bool(state.pending_grads))
             for name in ("halo", "grads", "recv_halo", "recv_grads"):
                 value = getattr(state, name)
                 if value is not None:
                     out[f"pipeline/{slot}/{name}"] = value
-            out[f"pipeline/{slot}/in_flight"] = torch.tensor(
-                [state.pending_halo is not None, state.pending_grads is not None])
+            out[f"pipeline/{slot}/in_flight"] = torch.tensor(in_flight)
         return out
 
     def load_state_dict(self, tensors):
@@ -122,8 +164,8 @@ class PipelineSchedule(Schedule):
             state = self.states.setdefault(slot, _PipeState())
             if name == "in_flight":
                 halo_flying, grads_flying = (bool(v) for v in value)
-                state.pending_halo = _Delivered() if halo_flying else None
-                state.pending_grads = _Delivered() if grads_flying else None
+                state.pending_halo = [_Delivered()] if halo_flying else []
+                state.pending_grads = [_Delivered()] if grads_flying else []
             else:
                 setattr(state, name, value)
 
@@ -131,3 +173,70 @@ class PipelineSchedule(Schedule):
 class _Delivered:
     def wait(self) -> None:
         pass
+
+
+class _WarmupBlocks(BlockPass):
+    """Epoch 0 with sequential halos: the exact exchange, each block and each returned gradient also kept."""
+
+    def __init__(self, ex, x_owned, state: _PipeState):
+        super().__init__(ex, x_owned)
+        self.state = state
+        state.halo = x_owned.new_empty(ex.plan.n_halo, x_owned.shape[1])
+
+    def in_buffer(self, step):
+        return self.state.halo[step.block.col_start:step.block.col_stop]
+
+    def begin_backward(self):
+        self.state.grads = self.x_owned.new_zeros(self.plan.rows_sent, self.x_owned.shape[1])
+
+    def in_gradients(self, step, like):
+        return self.state.grads[step.send_start:step.send_stop], self.send_range(step)
+
+
+class _PipelinedBlocks(BlockPass):
+    """Every block is aggregated with last epoch's (smoothed) rows while this epoch's travel; in the backward,
+    this epoch's halo gradients travel and last epoch's returned ones are added at the end."""
+
+    defers = True
+
+    def __init__(self, ex, x_owned, state: _PipeState, schedule: PipelineSchedule):
+        super().__init__(ex, x_owned)
+        self.state, self.schedule = state, schedule
+        plan, width = ex.plan, x_owned.shape[1]
+        state.send_halo = x_owned.index_select(0, plan.send_idx)
+        if state.recv_halo is None or state.recv_halo.shape != state.halo.shape:
+            state.recv_halo = x_owned.new_empty(plan.n_halo, width)
+        self.kept = state.pending_halo
+
+    def out_rows(self, step):
+        return self.state.send_halo[step.send_start:step.send_stop]
+
+    def in_buffer(self, step):
+        return self.state.recv_halo[step.block.col_start:step.block.col_stop]
+
+    def block_rows(self, step, received):
+        return self.state.halo[step.block.col_start:step.block.col_stop]
+
+    def keep(self, pending):
+        self.kept.append(pending)
+
+    def begin_backward(self):
+        state = self.state
+        self.schedule._arrived_grads(state)
+        width = self.x_owned.shape[1]
+        if state.send_grads is None or state.send_grads.shape != (self.plan.n_halo, width):
+            state.send_grads = self.x_owned.new_empty(self.plan.n_halo, width)
+        if state.recv_grads is None or state.recv_grads.shape != state.grads.shape:
+            state.recv_grads = self.x_owned.new_empty(self.plan.rows_sent, width)
+        self.kept = state.pending_grads
+
+    def out_gradients(self, step, grad_block):
+        rows = self.state.send_grads[step.block.col_start:step.block.col_stop]
+        rows.copy_(grad_block)
+        return rows
+
+    def in_gradients(self, step, like):
+        return self.state.recv_grads[step.send_start:step.send_stop], self.send_range(step)
+
+    def finish_backward(self, grad_x):
+        grad_x.index_add_(0, self.plan.send_idx, self.state.grads)

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from gnn_dist.schedules.base import Schedule, register_schedule
 from gnn_dist.schedules.exact import ExactSchedule
+from gnn_dist.sequential import BlockPass
 
 
 @register_schedule
@@ -14,7 +15,6 @@ class StaleSchedule(Schedule):
     cache: dict = field(default_factory=dict)
     kind = "stale"
     form = "stale:R (R >= 1)"
-    runs_with_sequential_halos = True
 
     @classmethod
     def parse(cls, arg, seed):
@@ -51,8 +51,53 @@ class StaleSchedule(Schedule):
         ex.counters.halo_rows_skipped += ex.plan.n_halo
         return grad_full[:ex.plan.n_owned].clone()
 
+    def block_pass(self, ex, slot, x_owned):
+        if ex.epoch % self.refresh_every == 0 or slot not in self.cache:
+            self.cache[slot] = x_owned.new_empty(ex.plan.n_halo, x_owned.shape[1])
+            return _RefreshBlocks(ex, x_owned, self.cache[slot])
+        plan = ex.plan
+        ex.counters.halo_rows_skipped += plan.rows_sent_to_peers + plan.n_halo
+        return _CachedBlocks(ex, x_owned, self.cache[slot])
+
+    def reset(self):
+        self.cache = {}
+
     def state_dict(self):
         return {f"stale/{slot}": t for slot, t in self.cache.items()}
 
     def load_state_dict(self, tensors):
         self.cache = {key.split("/", 1)[1]: t for key, t in tensors.items()}
+
+
+class _RefreshBlocks(BlockPass):
+    """A refresh epoch with sequential halos: the exact exchange, each block also kept in the cache."""
+
+    def __init__(self, ex, x_owned, cache):
+        super().__init__(ex, x_owned)
+        self.cache = cache
+
+    def in_buffer(self, step):
+        return self.cache[step.block.col_start:step.block.col_stop]
+
+
+class _CachedBlocks(BlockPass):
+    """Between refreshes: every block from the cache, nothing travels either way (the halo rows are constants)."""
+
+    def __init__(self, ex, x_owned, cache):
+        super().__init__(ex, x_owned)
+        self.cache = cache
+
+    def out_rows(self, step):
+        return None
+
+    def in_buffer(self, step):
+        return None
+
+    def block_rows(self, step, received):
+        return self.cache[step.block.col_start:step.block.col_stop]
+
+    def out_gradients(self, step, grad_block):
+        return None
+
+    def in_gradients(self, step, like):
+        return None
