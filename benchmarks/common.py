@@ -33,6 +33,26 @@ def run_train(num_parts: int, parts_dir: Path, metrics: Path, extra: list[str], 
     return final
 
 
+def run_train_many(num_parts: int, parts_dir: Path, runs: list[tuple[Path, list[str]]], common: list[str],
+                   timeout: float = 36000) -> list[dict]:
+    """Several `gnn-dist train` runs in one mpiexec launch (gnn_dist.benchmarks.train_many): each run is
+    (its metrics file, its own options); returns their final records (with "per_epoch"), in order."""
+    import shlex
+
+    args = ["--common", shlex.join(["--parts", str(Path(parts_dir).resolve()), *common])]
+    for metrics, extra in runs:
+        args += ["--run", shlex.join(["--metrics-out", str(Path(metrics).resolve()), *extra])]
+    cmd = [mpiexec(), "-n", str(num_parts), sys.executable, "-m", "gnn_dist.benchmarks.train_many", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:8])} ... failed:\n{done.stderr[-2000:]}")
+    finals = []
+    for metrics, _ in runs:
+        records = [json.loads(line) for line in Path(metrics).read_text().splitlines()]
+        finals.append({**records[-1], "per_epoch": records[:-1]})
+    return finals
+
+
 def partition(spec: str, num_parts: int, out: Path, root: str | None = None, method: str = "metis") -> Path:
     if not (out / "meta.json").exists():
         cmd = [sys.executable, "-m", "gnn_dist", "partition", "--dataset", spec, "--num-parts", str(num_parts),

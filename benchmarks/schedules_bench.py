@@ -3,13 +3,14 @@
     python -m gnn_dist.benchmarks.schedules_bench --datasets synthetic:arxiv,npz:../shared/data/npz/facebook.npz \\
         --parts 2,4 --seeds 0,1,2 --epochs 100 --out runs/bench-schedules
 
-Runs are real `mpiexec -n P gnn-dist train` processes, one after another.
-Writes schedules.json, schedules.md (means over seeds, ratios against exact
-on the same dataset, P and seed) and accuracy_vs_bytes.png.
-Targets (issue 4): stale:4 <= 0.3x exact's bytes within 1.0 point of its
-accuracy; int8 <= 0.3x within 0.5 point; bns:0.1 <= 0.2x within 1.0 point;
-pipeline epoch time below exact's at P = 2. Issue 16: pipeline within 1.0
-point; adaptive:0.05 <= 0.6x within 1.0 point.
+Runs are real `mpiexec -n P` trainings, one launch per (dataset, P, seed) running every config in turn
+(gnn_dist.benchmarks.train_many), with the default --schedule-guard. Writes schedules.json, schedules.md
+(means over seeds, ratios against exact on the same dataset, P and seed; the worst seed's loss; the epochs the
+divergence guard held to exact) and accuracy_vs_bytes.png.
+Targets (issue 4): stale:4 <= 0.3x exact's bytes within 1.0 point of its accuracy; int8 <= 0.3x within 0.5
+point; bns:0.1 <= 0.2x within 1.0 point; pipeline epoch time below exact's at P = 2. Issue 16 and 27: pipeline
+and bns:0.1 within 1.0 point on the mean over seeds with no seed more than 2.0 points below; adaptive:0.05
+<= 0.6x within 1.0 point.
 """
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ import statistics
 import sys
 from pathlib import Path
 
-from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_train
+from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_train_many
 
 CONFIGS = [("exact", "fp32"), ("stale:4", "fp32"), ("pipeline", "fp32"), ("pipeline:0", "fp32"), ("bns:0.1", "fp32"),
-           ("adaptive:0.05", "fp32"), ("stale:4,exact", "fp32"), ("exact", "fp16"), ("exact", "int8")]
-TARGETS = {("stale:4", "fp32"): (0.3, 1.0), ("exact", "int8"): (0.3, 0.5), ("bns:0.1", "fp32"): (0.2, 1.0),
-           ("adaptive:0.05", "fp32"): (0.6, 1.0), ("pipeline", "fp32"): (1.0, 1.0)}
+           ("adaptive:0.05", "fp32"), ("exact", "int8")]
+# (most bytes against exact, most points below exact on the mean over seeds, most points below on any seed)
+TARGETS = {("stale:4", "fp32"): (0.3, 1.0, None), ("exact", "int8"): (0.3, 0.5, None),
+           ("bns:0.1", "fp32"): (0.2, 1.0, 2.0), ("adaptive:0.05", "fp32"): (0.6, 1.0, None),
+           ("pipeline", "fp32"): (1.0, 1.0, 2.0)}
 
 
 def label(spec: str, dtype: str) -> str:
@@ -60,6 +63,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--num-layers", type=int, default=3)
+    parser.add_argument("--eval-every", type=int, default=10,
+                        help="evaluate every N epochs (1 gives the divergence guard's collapse rule every epoch)")
+    parser.add_argument("--root", default=None, help="--root of datasets read from disk (planetoid:NAME)")
     parser.add_argument("--out", default="runs/bench-schedules")
     parser.add_argument("--configs", default=None,
                         help="SCHEDULE[+DTYPE],... to run instead of the default set, e.g. exact,pipeline:0,pipeline:0.9 "
@@ -72,24 +78,26 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     raw = []
     for dataset in args.datasets.split(","):
+        root = args.root if dataset.startswith("planetoid:") else None
         for num_parts in (int(p) for p in args.parts.split(",")):
-            parts = partition(dataset, num_parts, out / f"parts-{Path(dataset).stem.replace(':', '_')}-{num_parts}")
+            stem = Path(dataset).stem.replace(":", "_")
+            parts = partition(dataset, num_parts, out / f"parts-{stem}-{num_parts}", root=root)
             for seed in (int(s) for s in args.seeds.split(",")):
-                for spec, dtype in configs:
-                    tag = spec.replace(":", "_").replace(",", "+")
-                    metrics = out / f"m-{Path(dataset).stem}-{num_parts}-{seed}-{tag}-{dtype}.jsonl"
-                    final = run_train(num_parts, parts, metrics, [
-                        "--hidden", str(args.hidden), "--num-layers", str(args.num_layers), "--epochs",
-                        str(args.epochs), "--seed", str(seed), "--schedule", spec, "--halo-dtype", dtype,
-                        "--eval-every", "10"])
+                runs = [(out / f"m-{stem}-{num_parts}-{seed}-{spec.replace(':', '_').replace(',', '+')}-{dtype}.jsonl",
+                         ["--schedule", spec, "--halo-dtype", dtype]) for spec, dtype in configs]
+                finals = run_train_many(num_parts, parts, runs, [
+                    "--hidden", str(args.hidden), "--num-layers", str(args.num_layers), "--epochs", str(args.epochs),
+                    "--seed", str(seed), "--eval-every", str(args.eval_every)])
+                for (spec, dtype), final in zip(configs, finals):
                     final.pop("per_epoch")
                     raw.append({"dataset": dataset, "parts": num_parts, "seed": seed, "spec": spec, "dtype": dtype,
                                 **final})
                     print(f"{dataset} P={num_parts} seed={seed} {label(spec, dtype)}: "
                           f"{final['halo_bytes_total'] / final['epochs'] / 1e6:.2f} MB/epoch, "
-                          f"{final['epoch_s_median']:.3f} s/epoch, acc {final['test_acc']:.4f}", file=sys.stderr)
-                    (out / "schedules.json").write_text(json.dumps({"machine": machine(), "config": vars(args),
-                                                                    "runs": raw}, indent=1))
+                          f"{final['epoch_s_median']:.3f} s/epoch, acc {final['test_acc']:.4f}, "
+                          f"guard epochs {final.get('guard_epochs', 0)}", file=sys.stderr)
+                (out / "schedules.json").write_text(json.dumps({"machine": machine(), "config": vars(args),
+                                                                "runs": raw}, indent=1))
     summary = []
     for dataset in args.datasets.split(","):
         for num_parts in (int(p) for p in args.parts.split(",")):
@@ -104,27 +112,34 @@ def main() -> None:
                 time_ratio = statistics.mean(r["epoch_s_median"] / exact[r["seed"]]["epoch_s_median"] for r in mine)
                 acc = statistics.mean(r["test_acc"] for r in mine)
                 acc_sd = statistics.stdev(r["test_acc"] for r in mine) if len(mine) > 1 else 0.0
-                delta = 100 * statistics.mean(r["test_acc"] - exact[r["seed"]]["test_acc"] for r in mine)
+                deltas = [100 * (r["test_acc"] - exact[r["seed"]]["test_acc"]) for r in mine]
+                delta, worst = statistics.mean(deltas), min(deltas)
                 target = TARGETS.get((spec, dtype))
                 verdict = ""
                 if target:
-                    # "within N points" of exact: no more than N points below it
-                    verdict = "met" if bytes_ratio <= target[0] and delta >= -target[1] else "NOT met"
+                    # "within N points" of exact: no more than N points below it (and no seed more than M below)
+                    most_bytes, mean_points, seed_points = target
+                    met = bytes_ratio <= most_bytes and delta >= -mean_points and \
+                        (seed_points is None or worst >= -seed_points)
+                    verdict = "met" if met else "NOT met"
                 if (spec, dtype) == ("pipeline", "fp32") and num_parts == 2:
                     verdict += "; time " + ("met" if time_ratio < 1 else "NOT met")
                 summary.append({"dataset": dataset, "parts": num_parts, "label": label(spec, dtype),
                                 "bytes_per_epoch": statistics.mean(r["halo_bytes_total"] / r["epochs"] for r in mine),
                                 "bytes_ratio": bytes_ratio, "epoch_s": statistics.mean(r["epoch_s_median"] for r in mine),
                                 "time_ratio": time_ratio, "test_acc": acc, "test_acc_sd": acc_sd, "delta_points": delta,
+                                "worst_seed_points": worst,
+                                "guard_epochs": sum(r.get("guard_epochs", 0) for r in mine),
                                 "skipped_rows": statistics.mean(r["halo_rows_skipped_total"] for r in mine),
                                 "target": verdict, "seeds": len(mine)})
     table = markdown_table(
         ["dataset", "P", "schedule", "MB/epoch", "bytes vs exact", "s/epoch", "time vs exact", "test acc (sd)",
-         "Δ acc (points)", "target"],
+         "Δ acc (points)", "worst seed", "guard epochs", "target"],
         [[Path(r["dataset"]).name, r["parts"], r["label"], f"{r['bytes_per_epoch'] / 1e6:.2f}",
           f"{r['bytes_ratio']:.3f}", f"{r['epoch_s']:.3f}", f"{r['time_ratio']:.2f}",
           f"{100 * r['test_acc']:.2f} ({100 * r['test_acc_sd']:.2f})",
-          f"{r['delta_points']:+.2f}", r["target"]] for r in summary])
+          f"{r['delta_points']:+.2f}", f"{r['worst_seed_points']:+.2f}", r["guard_epochs"], r["target"]]
+         for r in summary])
     text = (f"{args.num_layers}-layer GCN, hidden {args.hidden}, {args.epochs} epochs, seeds {args.seeds} "
             f"(means; ratios per seed against exact); {machine()['cpu']}\n\n{table}\n")
     (out / "schedules.md").write_text(text)

@@ -106,7 +106,8 @@ def save_checkpoint(state, directory: str | os.PathLike, next_epoch: int, record
         if ctx.is_root:
             replicated_digest = _write_atomically({
                 "next_epoch": next_epoch, "model": state.model.state_dict(),
-                "optimizer": state.optimizer.state_dict(), "records": records}, target / REPLICATED)
+                "optimizer": state.optimizer.state_dict(), "records": records,
+                "guard": state.guard.state_dict() if state.guard is not None else {}}, target / REPLICATED)
     except OSError as err:
         error = f"{err.strerror or err} ({type(err).__name__})"
     # One collective carries both: every rank's error (agreed on as comm.first_failure does) and digest.
@@ -203,6 +204,8 @@ def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict
             own = _read_verified(path, manifest["shards"][state.ctx.rank]) if same_partition else None
         state.model.load_state_dict(replicated["model"])
         state.optimizer.load_state_dict(replicated["optimizer"])
+        if state.guard is not None and replicated.get("guard"):
+            state.guard.load_state_dict(replicated["guard"])
         if own is not None:
             state.exchanger.schedule.load_state_dict(own["schedule"])
             state.exchanger.codec.load_state_dict(own["codec"])

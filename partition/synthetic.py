@@ -35,6 +35,10 @@ class SyntheticSpec:
 PRESETS: dict[str, SyntheticSpec] = {
     "tiny": SyntheticSpec(400, 1_600, 16, 4, 0.8, 0.25, (0.6, 0.2, 0.2)),
     "small": SyntheticSpec(5_000, 30_000, 64, 10, 0.7, 0.12, (0.5, 0.2, 0.3)),
+    # A stress test for lossy schedules: 2 classes (unequal sizes), weak homophily (about 55% of edges join
+    # nodes of one class, where 50% would be chance) and no community structure for METIS to follow, so it
+    # cuts over 40% of the edges at P=4; the features carry a weak class signal.
+    "weak": SyntheticSpec(20_000, 100_000, 32, 2, 0.1, 0.3, (0.6, 0.2, 0.2)),
     # ogbn-arxiv's size: 169,343 nodes, 1,166,243 directed edges, 128 features, 40 classes;
     # its time split is 54% / 18% / 28%.
     "arxiv": SyntheticSpec(169_343, 1_166_243, 128, 40, 0.65, 0.1, (0.54, 0.18, 0.28)),

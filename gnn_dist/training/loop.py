@@ -12,6 +12,7 @@ from gnn_dist.checkpoint import save_checkpoint
 from gnn_dist.config import TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.link_model import LinkModel
+from gnn_dist.log import rank_logger
 from gnn_dist.memory import PhasePeaks, peak_rss_bytes, release_free_heap, return_large_blocks_on_free
 from gnn_dist.metrics import summarise
 from gnn_dist.supervise import restarts_so_far
@@ -37,6 +38,8 @@ def run_epochs(state: RankState) -> list[dict]:
     for epoch in range(state.start_epoch, config.epochs):
         maybe_inject_failure(ctx.rank, epoch)
         enter_phase(state, "train")
+        if state.guard is not None:
+            state.exchanger.guard_exact = state.guard.exact_now(epoch)
         counters.reset()
         beat(f"epoch {epoch}: training step")
         start = time.perf_counter()
@@ -57,8 +60,12 @@ def run_epochs(state: RankState) -> list[dict]:
         halo_bytes, halo_rows, allreduce_bytes, rows_skipped, eval_halo_bytes = sum_over_ranks(
             ctx, [train_traffic[0], train_traffic[1], train_traffic[2], train_traffic[4], counters.halo_bytes])
         slowest = max_over_ranks(ctx, [epoch_s, train_traffic[3], eval_s])
+        evaluated = (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1
+        if state.guard is not None:
+            watch_divergence(state, epoch, loss, last_acc["val_acc"] if evaluated else None)
         record = {
             "epoch": epoch, "loss": loss, **last_acc,
+            "guard_exact": state.exchanger.guard_exact,
             "epoch_s": slowest[0], "comm_s": slowest[1], "eval_s": slowest[2],
             "halo_bytes": int(halo_bytes), "halo_rows": int(halo_rows), "halo_rows_skipped": int(rows_skipped),
             "eval_halo_bytes": int(eval_halo_bytes),
@@ -78,6 +85,18 @@ def run_epochs(state: RankState) -> list[dict]:
     if bar is not None:
         bar.close()
     return records
+
+
+def watch_divergence(state: RankState, epoch: int, loss: float, val_acc: float | None) -> None:
+    """Tell the guard this epoch's figures; when it fires, the schedule's caches go (the exchange is exact for the
+    guard's window, then the schedule starts afresh). Every rank decides alike: the figures are global."""
+    line = state.guard.observe(epoch, loss, val_acc)
+    if line is None:
+        return
+    state.exchanger.schedule.finish(state.exchanger)
+    state.exchanger.schedule.reset()
+    if state.ctx.is_root:
+        rank_logger(None).warning(line)
 
 
 def enter_phase(state: RankState, phase: str) -> None:
@@ -131,6 +150,8 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             "setup_halo_bytes": int(state.setup_halo_bytes),
             "resumed_from_epoch": state.start_epoch, "epochs_run": state.epochs_run, "restarts": restarts_so_far(),
             "simulated_link": LinkModel.parse(config.simulate_link).label() if config.simulate_link else None,
+            "schedule_guard": config.schedule_guard if state.guard is not None else "off",
+            "guard_epochs": state.guard.guard_epochs if state.guard is not None else 0,
             **memory_report(ctx, memory),
         })
         state.metrics.write(final)

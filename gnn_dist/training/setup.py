@@ -34,6 +34,7 @@ from gnn_dist.partition.format import load_meta, load_part
 from gnn_dist.plan import RankMemory, available_memory_bytes, memory_refusal, part_shape, plan_config_of, plan_part
 from gnn_dist.schedules import parse_schedule
 from gnn_dist.training.full_batch import FullBatchStep
+from gnn_dist.training.guard import DivergenceGuard
 from gnn_dist.training.mini_batch import MiniBatchStep
 from gnn_dist.training.state import RankState, sum_over_ranks
 from gnn_dist.training.step import flat_buffer
@@ -110,6 +111,9 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
                       meta.dataset, setup_halo_bytes, meta.partition_id, watchdog)
     if config.checkpoint_dir:
         state.graph_identity = graph_identity(ctx.comm, meta, part.node_ids, part.y, part.deg[:part.n_owned])
+    if config.schedule_guard == "on" and any(s.kind != "exact" for s in
+                                             parse_schedule(config.schedule).per_layer(config.model.num_layers - 1)):
+        state.guard = DivergenceGuard(majority_rate=majority_rate(ctx, graph.y[graph.val_mask], meta.num_classes))
     if config.mode == "sampled":
         watchdog.beat("set-up: sampler and feature cache")
         state.step = MiniBatchStep(state, part, config.sampled)
@@ -119,6 +123,12 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
         watchdog.beat("set-up: loading the checkpoint")
         resume(state, metrics)
     return state
+
+
+def majority_rate(ctx: RankContext, labels: torch.Tensor, num_classes: int) -> float | None:
+    """The share of the most common class among all ranks' `labels` (None when there are none)."""
+    counts = sum_over_ranks(ctx, torch.bincount(labels, minlength=num_classes).double().tolist())
+    return max(counts) / sum(counts) if sum(counts) else None
 
 
 def broadcast_parameters(ctx: RankContext, params: list[torch.Tensor]) -> None:

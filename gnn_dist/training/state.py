@@ -39,6 +39,7 @@ class RankState:
     epochs_run: int = 0  # training epochs this process executed (a resumed run skips the restored ones)
     records: list = dataclasses.field(default_factory=list)
     memory: PhasePeaks | None = None  # peak RSS per phase (set by train(); absent when a test drives the steps)
+    guard: object = None  # the divergence guard of a lossy schedule (gnn_dist.training.guard), else None
 
 
 def sum_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:
