@@ -61,6 +61,20 @@ def partition(spec: str, num_parts: int, out: Path, root: str | None = None, met
     return out
 
 
+def mpi_versions() -> dict:
+    """mpi4py's version and the MPI library's, without initialising MPI in this process."""
+    import subprocess
+
+    try:
+        import mpi4py
+    except ImportError:
+        return {"mpi4py": "unavailable", "mpi_library": "unavailable"}
+    probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
+                           capture_output=True, text=True, timeout=60)
+    library = probe.stdout.strip().splitlines()[0] if probe.stdout.strip() else "unknown"
+    return {"mpi4py": mpi4py.__version__, "mpi_library": library}
+
+
 def machine() -> dict:
     import torch
 

@@ -25,10 +25,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gnn_dist.benchmarks.common import machine, mpiexec
+from gnn_dist.benchmarks.common import machine, mpi_versions, mpiexec
 from gnn_dist.benchmarks.time_to_accuracy import add_time_to_target, section, val_curve
 from gnn_dist.benchmarks.time_to_accuracy import plot as time_to_accuracy_plot
-from gnn_dist.comm import mpi_versions
 
 # Published OGB leaderboard test accuracies (mean over 10 runs) of the reference full-batch models.
 OGB_REFERENCE = {

@@ -39,6 +39,7 @@ import torch
 
 from gnn_dist.comm import failure_among
 from gnn_dist.context import SetupError
+from gnn_dist.keyed_random import fingerprint_words
 from gnn_dist.log import rank_logger
 from gnn_dist.partition.format import sha256_of
 
@@ -227,12 +228,7 @@ def graph_identity(comm, meta, node_ids: np.ndarray, labels: np.ndarray, degrees
     of one size (another seed of a synthetic preset, say) differ in it.
     """
     with np.errstate(over="ignore"):
-        words = node_ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-        words ^= labels.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9) + degrees.astype(np.uint64)
-        words ^= words >> np.uint64(31)
-        words *= np.uint64(0x94D049BB133111EB)
-        words ^= words >> np.uint64(29)
-        local = int(words.sum(dtype=np.uint64))
+        local = int(fingerprint_words(node_ids, labels, degrees).sum(dtype=np.uint64))
     total = sum(comm.allgather_object(local)) % (1 << 64)
     return {"dataset": meta.dataset, "num_nodes": meta.num_nodes, "num_edges": meta.num_edges,
             "fingerprint": f"{total:016x}"}

@@ -24,7 +24,7 @@ from gnn_dist.config import (
     positive_int,
     train_config_from_args,
 )
-from gnn_dist.partition.pipeline import DEFAULT_LOCALITY_BLOCK
+from gnn_dist.partition.partitioner import DEFAULT_LOCALITY_BLOCK
 from gnn_dist.supervise import EXIT_FAILED, EXIT_SETUP, option_values, supervise
 
 # Exit statuses (gnn_dist.supervise restarts on any failure but usage and set-up errors, which input caused).
@@ -137,9 +137,9 @@ def _fail(command: str, message: str) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from gnn_dist.inspect import format_report, inspect_partition
+    from gnn_dist.memory_plan import PlanConfig
     from gnn_dist.partition.format import PartitionFormatError
-    from gnn_dist.plan import PlanConfig
+    from gnn_dist.partition_report import format_report, inspect_partition
 
     try:
         model = ModelConfig(**options_from_args(ModelConfig, args))

@@ -15,10 +15,10 @@ from dataclasses import MISSING, dataclass, field, fields
 import torch
 
 from gnn_dist.codec import HALO_DTYPES
-from gnn_dist.link_model import LinkModel
+from gnn_dist.halo_blocks import DEFAULT_HALO_BLOCK_ROWS, HALO_MEMORY_MODES
 from gnn_dist.models import model_class, model_names, one_of
 from gnn_dist.schedules import parse_schedule
-from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS, HALO_MEMORY_MODES
+from gnn_dist.simulated_link import LinkModel
 
 MODES = ("full", "sampled")
 SCHEDULE_GUARD = ("on", "off")
@@ -163,8 +163,8 @@ class TrainConfig:
     timeout: float = option(600.0, "abort the job when a rank makes no progress for this many seconds (0: never)")
     predictions_out: str | None = option(None, ".npy of every node's predicted class, by original id (rank 0 "
                                                "writes it)", parse=str)
-    # Evaluation runs layer by layer over the owned nodes in chunks of this many rows (gnn_dist.model.
-    # DistGNN.forward_layerwise): memory is one layer's activations plus a chunk, never a whole forward.
+    # Evaluation runs layer by layer over the owned nodes in chunks of this many rows (gnn_dist.layer_stack.
+    # LayerStack.forward_layerwise): memory is one layer's activations plus a chunk, never a whole forward.
     eval_chunk_nodes: int = option(DEFAULT_EVAL_CHUNK_NODES, "evaluate layer by layer over chunks of this many "
                                    "owned nodes: memory of one layer's activations plus a chunk, in both modes")
     halo_memory: str = option("resident", "resident: receive each layer's whole halo at once; sequential: one peer "
@@ -179,7 +179,7 @@ class TrainConfig:
                                       parse=byte_size)
     simulate_link: str | None = option(None, "benchmarks: model a network of GBPS[,LATENCY_US] (Gb/s, us): every "
                                        "exchange of training takes at least latency + bytes / bandwidth; results "
-                                       "are labelled modelled (gnn_dist.link_model)", parse=str)
+                                       "are labelled modelled (gnn_dist.simulated_link)", parse=str)
     sampled: SampledConfig = field(default_factory=SampledConfig)  # used with mode="sampled"
 
     def validate(self) -> None:

@@ -109,7 +109,7 @@ class HaloExchanger:
     epoch: int = 0
     training: bool = False
     beat: object = None  # callable(step: str) -> None: progress reports for the watchdog
-    step: str = "halo exchange"
+    activity: str = "halo exchange"  # what the watchdog reports when this rank stalls
     # slot -> the parameters that shape its rows, flat, for schedules that measure drift (under dropout)
     shaping_parameters: dict = field(default_factory=dict)
     # Set by the divergence guard (gnn_dist.training.guard): training exchanges exactly while it is on.
@@ -118,7 +118,7 @@ class HaloExchanger:
 
     def __post_init__(self):
         if self.schedule is None:
-            from gnn_dist.schedules import ExactSchedule
+            from gnn_dist.schedules.exact import ExactSchedule
 
             self.schedule = ExactSchedule()
         if self.beat is None:
@@ -148,7 +148,7 @@ class HaloExchanger:
     def send_block(self, rows: torch.Tensor, dest: int, tag: int) -> Pending:
         """Point-to-point: encode `rows` and start sending them to `dest` (sequential halos). Counts bytes and rows;
         the returned handle keeps the wire rows alive until wait()."""
-        self.beat(self.step)
+        self.beat(self.activity)
         wire = self.codec.encode(rows)
         start = time.perf_counter()
         pending = self.comm.isend(wire, dest, tag)
@@ -178,7 +178,7 @@ class HaloExchanger:
 
         Non-blocking: returns a Pending whose wait() also decodes.
         """
-        self.beat(self.step)
+        self.beat(self.activity)
         wire_send = self.codec.encode(send)
         wire_recv = recv if self.codec.identity and recv.is_contiguous() \
             else self.codec.empty_wire(recv.shape[0], recv.shape[1])
@@ -250,7 +250,7 @@ class HaloExchanger:
         halo = torch.empty(plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype)
         if plan.num_parts == 1:
             return halo
-        self.step = f"epoch {self.epoch}: {slot} evaluation halo exchange"
+        self.activity = f"epoch {self.epoch}: {slot} evaluation halo exchange"
         self.send_rows(x_owned.index_select(0, plan.send_idx), plan.send_counts, halo, plan.recv_counts)
         return halo
 
@@ -267,9 +267,9 @@ class HaloExchanger:
         self.counters.comm_s += time.perf_counter() - start
         return halo
 
-    def finish(self) -> None:
+    def drain(self) -> None:
         """Complete communication still in flight (pipelined schedules) before the job ends."""
-        self.schedule.finish(self)
+        self.schedule.drain(self)
 
 
 class _Timed(Pending):
@@ -308,18 +308,18 @@ class _HaloGather(torch.autograd.Function):
         ctx.slot = slot
         schedule = ex.active_schedule(slot)
         ctx.schedule = schedule
-        ex.step = f"epoch {ex.epoch}: {slot} forward halo exchange"
+        ex.activity = f"epoch {ex.epoch}: {slot} forward halo exchange"
         full, ctx.info = schedule.forward(ex, slot, x_owned.contiguous())
         return full
 
     @staticmethod
     def backward(ctx, grad_full: torch.Tensor):  # type: ignore[override]
-        ctx.ex.step = f"epoch {ctx.ex.epoch}: {ctx.slot} backward halo exchange"
+        ctx.ex.activity = f"epoch {ctx.ex.epoch}: {ctx.slot} backward halo exchange"
         grad_owned = ctx.schedule.backward(ctx.ex, ctx.slot, grad_full.contiguous(), ctx.info)
         return grad_owned, None, None
 
 
 def _exact():
-    from gnn_dist.schedules import ExactSchedule
+    from gnn_dist.schedules.exact import ExactSchedule
 
     return ExactSchedule.shared

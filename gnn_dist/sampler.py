@@ -31,31 +31,8 @@ import torch
 
 from gnn_dist.comm import Comm, exchange_rows
 from gnn_dist.kernels.native import native_module
+from gnn_dist.keyed_random import edge_scores, sample_key
 from gnn_dist.partition.format import PartData
-
-_M1 = np.uint64(0x9E3779B97F4A7C15)
-_M2 = np.uint64(0xBF58476D1CE4E5B9)
-_M3 = np.uint64(0x94D049BB133111EB)
-
-
-def _splitmix(x: np.ndarray) -> np.ndarray:
-    x = x + _M1
-    x = (x ^ (x >> np.uint64(30))) * _M2
-    x = (x ^ (x >> np.uint64(27))) * _M3
-    return x ^ (x >> np.uint64(31))
-
-
-def sample_key(seed: int, epoch: int, step: int, hop: int) -> np.uint64:
-    with np.errstate(over="ignore"):
-        key = _splitmix(np.array([seed], dtype=np.uint64))
-        for value in (epoch, step, hop):
-            key = _splitmix(key ^ np.uint64(value))
-    return key[0]
-
-
-def edge_scores(key: np.uint64, target_orig: np.ndarray, source_orig: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return _splitmix(_splitmix(target_orig.astype(np.uint64) ^ key) ^ source_orig.astype(np.uint64))
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

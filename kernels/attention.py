@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
-from gnn_dist.dropout import _GOLDEN, _to_int32, _wrap_int32, mix32
 from gnn_dist.kernels.native import native_module
 from gnn_dist.kernels.spmm import SparseOperator
+from gnn_dist.keyed_random import id_hash, mix32, to_int32, wrap_int32
 
 NEGATIVE_SLOPE = 0.2  # PyG's GATConv default
 _NO_HASH = torch.zeros(0, dtype=torch.int32)
@@ -49,10 +49,9 @@ class EdgeDropout:
     @classmethod
     def keyed(cls, dst_ids: torch.Tensor, src_ids: torch.Tensor, heads: int, key: int, p: float) -> EdgeDropout:
         """Masks of the rows with original ids dst_ids and the columns with original ids src_ids."""
-        key32 = _to_int32(key)
-        return cls(dst_hash=mix32(_wrap_int32(dst_ids.to(torch.int64) * _GOLDEN) ^ key32),
-                   src_hash=mix32(_wrap_int32(src_ids.to(torch.int64) * 0x85EBCA77 + 1) ^ _to_int32(key * 3 + 1)),
-                   head_hash=mix32(_wrap_int32(torch.arange(heads, dtype=torch.int64) * 0x27D4EB2F + 0x165667B1)),
+        return cls(dst_hash=id_hash(dst_ids, key),
+                   src_hash=mix32(wrap_int32(src_ids.to(torch.int64) * 0x85EBCA77 + 1) ^ to_int32(key * 3 + 1)),
+                   head_hash=mix32(wrap_int32(torch.arange(heads, dtype=torch.int64) * 0x27D4EB2F + 0x165667B1)),
                    threshold=int(p * (1 << 32)) - (1 << 31), scale=1.0 / (1.0 - p))
 
     def restricted(self, rows=slice(None), cols=slice(None)) -> EdgeDropout:

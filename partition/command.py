@@ -16,7 +16,7 @@ import sys
 import time
 import traceback
 
-from gnn_dist.memory import peak_rss_bytes
+from gnn_dist.rss import peak_rss_bytes
 
 
 def _fail(command: str, message: str, rank: int = 0) -> int:
@@ -49,7 +49,7 @@ def cmd_partition(args, argv: list[str]) -> int:
     from gnn_dist.partition.graph import DatasetError
     from gnn_dist.partition.memory_guard import input_shape, refusal
     from gnn_dist.partition.metis import PartitionError, check_num_parts
-    from gnn_dist.partition.pipeline import partition_graph
+    from gnn_dist.partition.partitioner import partition_graph
 
     start = time.perf_counter()
     if args.num_parts < 1:
@@ -86,10 +86,11 @@ def cmd_partition(args, argv: list[str]) -> int:
     if not inside_job and (args.ranks or 1) > 1:
         return _launch(args, argv)
 
-    from gnn_dist.comm import make_world_comm, solo_comm
+    from gnn_dist.comm import make_world_comm
     from gnn_dist.partition.distributed import ChunkedSource, GraphSource, partition_distributed
     from gnn_dist.partition.scotch import scotch_assign
     from gnn_dist.partition.shuffle import CollectiveError
+    from gnn_dist.simulated_ranks import solo_comm
 
     comm = make_world_comm() if inside_job else solo_comm()
     if args.ranks is not None and args.ranks != comm.size:

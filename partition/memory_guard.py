@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gnn_dist.plan import available_memory_bytes, readable_bytes
+from gnn_dist.memory_plan import available_memory_bytes, readable_bytes
 
 PROCESS_BYTES = 400 << 20
 # per input edge as stored (one direction; duplicates and loops included), and per byte of node data

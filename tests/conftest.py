@@ -77,7 +77,7 @@ def tiny_graph():
 def partitioned(tmp_path_factory):
     """partitioned(spec, P, method='metis', root=None) -> directory, cached for the session."""
     from gnn_dist.partition.datasets import load_dataset
-    from gnn_dist.partition.pipeline import partition_graph
+    from gnn_dist.partition.partitioner import partition_graph
 
     cache: dict = {}
 

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import torch
 
-from gnn_dist.dropout import _wrap_int32, keep_mask, keyed_dropout, mix32, mix32_reference, stream_key
+from gnn_dist.dropout import keep_mask, keyed_dropout
+from gnn_dist.keyed_random import mix32, mix32_reference, stream_key, wrap_int32
 
 
 def test_hash_matches_python_reference():
     values = torch.randint(0, 2**32, (2000,), dtype=torch.int64)
-    ours = mix32(_wrap_int32(values)).to(torch.int64) & 0xFFFFFFFF
+    ours = mix32(wrap_int32(values)).to(torch.int64) & 0xFFFFFFFF
     assert ours.tolist() == [mix32_reference(int(v)) for v in values]
 
 

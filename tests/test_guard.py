@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnn_dist.schedules import ExactSchedule, register_schedule
+from gnn_dist.schedules import register_schedule
+from gnn_dist.schedules.exact import ExactSchedule
 from gnn_dist.training.guard import DivergenceGuard, GuardRule
 from tests.conftest import train_many
 
@@ -40,11 +41,16 @@ def test_noise_and_a_saw_tooth_around_a_falling_loss_never_fire():
         assert guard.observe(epoch, trend * (1 + noise) + saw_tooth, 0.6) is None, epoch
 
 
-def test_collapse_below_the_majority_rate_fires_only_after_the_warmup():
-    guard = DivergenceGuard(majority_rate=0.63, rule=GuardRule(warmup=10, collapse=0.05))
+def test_collapse_below_the_majority_rate_fires_only_when_it_lasts_after_the_warmup():
+    guard = DivergenceGuard(majority_rate=0.63, rule=GuardRule(warmup=10, collapse=0.05, collapse_patience=3))
     assert guard.observe(3, 1.0, 0.37) is None  # early epochs may predict the other class
+    assert guard.observe(4, 1.0, 0.37) is None and guard.observe(5, 1.0, 0.37) is None
     assert guard.observe(12, 1.0, 0.60) is None  # below the majority rate, within the margin
-    assert "fell below the majority class's rate 0.6300" in guard.observe(13, 1.0, 0.55)
+    assert guard.observe(13, 1.0, 0.55) is None  # one dip, then it recovers
+    assert guard.observe(14, 1.0, 0.66) is None
+    assert guard.observe(15, 1.0, 0.55) is None and guard.observe(16, 1.0, None) is None  # not evaluated
+    assert guard.observe(17, 1.0, 0.50) is None
+    assert "for 3 evaluations (0.4000 at epoch 18)" in guard.observe(18, 1.0, 0.40)
 
 
 def test_state_round_trips_for_checkpoints():
@@ -82,7 +88,7 @@ class DivergingSchedule(ExactSchedule):
 @pytest.mark.mpi
 def test_the_guard_rescues_a_diverging_run_and_leaves_healthy_runs_alone(cora_root, tmp_path):
     from gnn_dist.partition.datasets import load_dataset
-    from gnn_dist.partition.pipeline import partition_graph
+    from gnn_dist.partition.partitioner import partition_graph
 
     parts = tmp_path / "cora4"
     # a random partition cuts most edges, so the boundary carries most of every node's aggregation

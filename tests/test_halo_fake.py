@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from gnn_dist.comm import run_fake_ranks
 from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_part
+from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup
 from tests.reference import reference_logits_and_grads
 
@@ -65,7 +65,7 @@ def one_step_on_every_rank(config: TrainConfig, num_parts: int) -> list[tuple]:
     """Per rank: (node ids, train-mode logits, loss, parameters, gradients, the rank's LocalGraph) after one step."""
     def rank_fn(comm):
         state = setup(RankContext(comm), config)
-        loss = state.step.compute_gradients(epoch=0)
+        loss = state.mode.compute_gradients(epoch=0)
         state.model.train()
         with torch.no_grad():
             logits = state.model(state.x_full)

@@ -13,7 +13,7 @@ from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import PartitionFormatError, load_meta, load_node_map, load_part
 from gnn_dist.partition.graph import Graph
 from gnn_dist.partition.metis import PartitionError, assign_parts
-from gnn_dist.partition.pipeline import partition_graph
+from gnn_dist.partition.partitioner import partition_graph
 from tests.conftest import run_cli
 
 

@@ -1,4 +1,4 @@
-"""The memory planner (gnn_dist.plan) against counts made by hand, and train's refusal to start."""
+"""The memory planner (gnn_dist.memory_plan) against counts made by hand, and train's refusal to start."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 
 from gnn_dist.config import ModelConfig
+from gnn_dist.memory_plan import PROCESS_BYTES, PlanConfig, RankMemory, memory_refusal, part_shapes, plan_part, plan_phases
 from gnn_dist.partition.format import load_meta, load_part
-from gnn_dist.plan import PROCESS_BYTES, PlanConfig, RankMemory, memory_refusal, part_shapes, plan_part, plan_phases
 from tests.conftest import run_cli, run_mpi
 
 GIB = 2**30

@@ -8,11 +8,11 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gnn_dist.comm import run_fake_ranks
 from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.partition.graph import Graph, random_split, symmetrize
-from gnn_dist.partition.pipeline import partition_graph
+from gnn_dist.partition.partitioner import partition_graph
+from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup
 
 
@@ -35,7 +35,7 @@ def one_epoch_loss(directory, num_parts, model):
                          model=ModelConfig(model=model, hidden=4, num_layers=2, dropout=0.5))
 
     def rank_fn(comm):
-        return setup(RankContext(comm), config).step.train_epoch(0)["loss"]
+        return setup(RankContext(comm), config).mode.train_epoch(0)["loss"]
 
     return run_fake_ranks(num_parts, rank_fn)[0]
 

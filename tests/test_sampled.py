@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from gnn_dist import feature_store
-from gnn_dist.comm import run_fake_ranks
 from gnn_dist.config import ModelConfig, SampledConfig, TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.feature_store import FeatureStore
@@ -16,6 +15,7 @@ from gnn_dist.kernels.native import native_module
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_node_map, load_part
 from gnn_dist.sampler import DistributedSampler, relabel_hop, sample_key
+from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup
 from tests.conftest import run_cli, run_mpi
 
@@ -171,8 +171,8 @@ def test_ranks_with_unequal_training_nodes_run_the_same_steps(partitioned):
 
     def rank_fn(comm):
         state = setup(RankContext(comm), config)
-        result = state.step.train_epoch(0)
-        return int(state.graph.train_mask.sum()), state.step.steps, result["seeds"]
+        result = state.mode.train_epoch(0)
+        return int(state.graph.train_mask.sum()), state.mode.steps, result["seeds"]
 
     results = run_fake_ranks(3, rank_fn)
     steps = {r[1] for r in results}
@@ -312,8 +312,8 @@ def pyg_block_logits(model: str, params: dict, x_src: torch.Tensor, blocks, labe
 def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model):
     import torch.nn.functional as F
 
-    from gnn_dist.dropout import sampled_stream_key
-    from gnn_dist.model import forward_blocks
+    from gnn_dist.keyed_random import sampled_stream_key
+    from gnn_dist.layer_stack import forward_blocks
     from gnn_dist.models import model_class
 
     graph = load_dataset("synthetic:small")
@@ -326,7 +326,7 @@ def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model):
 
     def rank_fn(comm):
         state = setup(RankContext(comm), config)
-        run = state.step
+        run = state.mode
         batch = run.batches(0)[0]
         nodes, blocks = run.sampler.sample(batch + run.sampler.first, 0, 0)
         x = run.store.gather(nodes)

@@ -5,19 +5,17 @@ import pytest
 import torch
 
 from gnn_dist.codec import make_codec
-from gnn_dist.comm import run_fake_ranks
 from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.partition.format import load_part
-from gnn_dist.schedules import (
-    AdaptiveSchedule,
-    BoundarySamplingSchedule,
-    ExactSchedule,
-    PipelineSchedule,
-    StaleSchedule,
-    parse_schedule,
-)
+from gnn_dist.schedules import parse_schedule
+from gnn_dist.schedules.adaptive import AdaptiveSchedule
+from gnn_dist.schedules.bns import BoundarySamplingSchedule
+from gnn_dist.schedules.exact import ExactSchedule
+from gnn_dist.schedules.pipeline import PipelineSchedule
+from gnn_dist.schedules.stale import StaleSchedule
+from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup
 
 
@@ -30,7 +28,7 @@ def values(ids, width: int, epoch: int) -> torch.Tensor:
 @pytest.mark.parametrize("spec", ["stale", "stale:0", "bns:0", "bns:1.5", "pipeline:1", "pipeline:0.5:1", "adaptive",
                                   "adaptive:x", "fast", "adaptive:0.1:0"])
 def test_bad_schedule_lists_the_valid_forms(spec):
-    with pytest.raises(ValueError, match=r"valid forms: exact, stale:R"):
+    with pytest.raises(ValueError, match=r"valid forms: exact, .*stale:R"):
         parse_schedule(spec)
 
 
@@ -70,7 +68,7 @@ def run_epochs(directory, num_parts, schedule_factory, epochs, width=4, codec="f
             halos.append(full[part.n_owned:].detach().clone())
             full.backward(upstream_at(list(part.node_ids) + list(part.halo_ids), width, epoch, comm.rank))
             sent.append((ex.counters.halo_bytes, ex.counters.halo_rows_skipped, x.grad.clone()))
-        ex.finish()
+        ex.drain()
         return part, halos, sent
 
     return run_fake_ranks(num_parts, rank_fn)
@@ -248,7 +246,7 @@ def test_adaptive_skips_under_dropout_by_measuring_parameter_drift(partitioned):
         skipped = []
         for epoch in range(6):
             state.exchanger.counters.reset()
-            state.step.train_epoch(epoch)
+            state.mode.train_epoch(epoch)
             skipped.append(state.exchanger.counters.halo_rows_skipped)
         plan = state.exchanger.plan
         return plan.rows_sent_to_peers + plan.n_halo, skipped
@@ -312,8 +310,8 @@ def train_losses(directory, spec, epochs=40):
 
     def rank_fn(comm):
         state = setup(RankContext(comm), config)
-        losses = [state.step.train_epoch(epoch)["loss"] for epoch in range(epochs)]
-        state.exchanger.finish()
+        losses = [state.mode.train_epoch(epoch)["loss"] for epoch in range(epochs)]
+        state.exchanger.drain()
         return losses
 
     losses = run_fake_ranks(2, rank_fn)
@@ -345,9 +343,9 @@ def per_epoch_halo_bytes(directory, spec, epochs):
         sent = []
         for epoch in range(epochs):
             state.exchanger.counters.reset()
-            state.step.train_epoch(epoch)
+            state.mode.train_epoch(epoch)
             sent.append(state.exchanger.counters.halo_bytes)
-        state.exchanger.finish()
+        state.exchanger.drain()
         plan = state.exchanger.plan
         return plan.rows_sent_to_peers + plan.n_halo, sent  # rows out forward, gradients of halo rows back
 
@@ -409,7 +407,7 @@ def formula_bytes_per_epoch(spec: str, dtype: str, halo_rows: int, num_parts: in
                                   "stale:4,exact"])
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16", "int8"])
 def test_inspect_prediction_matches_the_written_out_formula(partitioned, spec, dtype):
-    from gnn_dist.inspect import inspect_partition
+    from gnn_dist.partition_report import inspect_partition
 
     num_parts = 4
     directory = partitioned("synthetic:small", num_parts)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from gnn_dist.checkpoint import graph_identity
-from gnn_dist.comm import run_fake_ranks
 from gnn_dist.partition.format import load_meta, load_part
+from gnn_dist.simulated_ranks import run_fake_ranks
 from tests.conftest import MPIEXEC, run_mpi
 from tests.test_resilience import final_record, losses, train
 
@@ -146,7 +146,7 @@ def test_resume_on_another_graph_or_model_is_refused_in_one_line(partitioned, tm
 
 def test_the_graph_fingerprint_is_the_same_at_every_p_and_differs_for_another_seed(tmp_path):
     from gnn_dist.partition.datasets import load_dataset
-    from gnn_dist.partition.pipeline import partition_graph
+    from gnn_dist.partition.partitioner import partition_graph
 
     def identity(directory: Path, num_parts: int) -> dict:
         meta = load_meta(directory)

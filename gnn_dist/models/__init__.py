@@ -1,8 +1,11 @@
-"""Models: one file per model, each registering its layer (see gnn_dist.models.registry).
+"""Models: one file per model, each registering its layer class (gnn_dist.models.registry; the base class
+every layer derives from: gnn_dist.models.base).
 
-Importing this package registers the built-in models.
+Importing this package imports every module of its folder, which registers the built-in models.
 """
-from gnn_dist.models import gat, gcn, sage  # noqa: F401 - registers the built-in models
+from gnn_dist.discovery import import_modules_of
 from gnn_dist.models.registry import model_class, model_names, one_of, register_model
+
+import_modules_of(__name__, __path__, first=("registry", "base", "gcn"))
 
 __all__ = ["model_class", "model_names", "one_of", "register_model"]

@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnn_dist.blocked_attention import ExchangedBlocks, LocalBlocks, attend_blocks
-from gnn_dist.dropout import mix32_reference
+from gnn_dist.attention_blocks import ExchangedBlocks, LocalBlocks, attend_blocks
 from gnn_dist.kernels.attention import EdgeDropout, attention, merge
 from gnn_dist.kernels.spmm import SparseOperator
-from gnn_dist.layers import DistConv, glorot_, with_self_loops
+from gnn_dist.keyed_random import mix32_reference
+from gnn_dist.models.base import DistConv, glorot_, with_self_loops
 from gnn_dist.models.registry import register_model
 
 _ATTENTION_SALT = 0x68E31DA4  # attention masks draw apart from the same layer's feature dropout
@@ -93,7 +93,7 @@ class DistGATConv(DistConv):
 
     aggregation_bias = None
 
-    def finish(self, aggregated: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
+    def update(self, aggregated: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
         return aggregated
 
     def _edge_dropout(self, col_ids: torch.Tensor | None, n_rows: int) -> EdgeDropout | None:
@@ -121,7 +121,7 @@ class DistGATConv(DistConv):
         return attention(self.operator, source, dst, self.heads, self.bias, self._edge_dropout(self.column_ids, n))
 
     def _forward_sequential(self, x: torch.Tensor, halo_source) -> torch.Tensor:
-        """--halo-memory sequential: one halo block at a time, joined by the online softmax (gnn_dist.sequential)."""
+        """--halo-memory sequential: one halo block at a time, joined by the online softmax (gnn_dist.halo_blocks)."""
         if halo_source is None:
             blocks = ExchangedBlocks(self.exchanger, self.slot)
         else:  # the first layer: its halo rows are the cached input features

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from gnn_dist.kernels.spmm import SparseOperator
-from gnn_dist.layers import DistConv, glorot_, with_self_loops
+from gnn_dist.models.base import DistConv, glorot_, with_self_loops
 from gnn_dist.models.registry import register_model
 
 
@@ -34,7 +34,7 @@ class DistGCNConv(DistConv):
     def aggregation_bias(self) -> torch.Tensor | None:
         return None if self.aggregate_first else self.bias
 
-    def finish(self, aggregated: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
+    def update(self, aggregated: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
         return torch.addmm(self.bias, aggregated, self.weight.t()) if self.aggregate_first else aggregated
 
     @staticmethod

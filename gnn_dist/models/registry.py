@@ -3,7 +3,7 @@
 A model is one file under gnn_dist/models/ (or any module a user imports
 before training) holding a `DistConv` subclass decorated with
 `@register_model`. Everything model-specific reads it from here: the CLI's
-choices, the model stack (gnn_dist.model.DistGNN), the operator's
+choices, the model stack (gnn_dist.layer_stack.LayerStack), the operator's
 normalisation, sampled mode's block operators, inspect's byte prediction and
 the memory plan. docs/extending.md walks through adding one.
 """
@@ -13,7 +13,7 @@ _MODELS: dict[str, type] = {}
 
 
 def register_model(conv_class: type) -> type:
-    """Class decorator: make `conv_class` (a gnn_dist.layers.DistConv) available as --model conv_class.name."""
+    """Class decorator: make `conv_class` (a gnn_dist.models.base.DistConv) available as --model conv_class.name."""
     name = getattr(conv_class, "name", "")
     if not name or not isinstance(name, str):
         raise ValueError(f"{conv_class.__name__} needs a class attribute `name` (its --model NAME)")

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from gnn_dist.kernels.spmm import SparseOperator
-from gnn_dist.layers import DistConv, linear_uniform_
+from gnn_dist.models.base import DistConv, linear_uniform_
 from gnn_dist.models.registry import register_model
 
 
@@ -32,7 +32,7 @@ class DistSAGEConv(DistConv):
     def aggregation_bias(self) -> torch.Tensor | None:
         return None if self.aggregate_first else self.lin_l.bias
 
-    def finish(self, aggregated: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+    def update(self, aggregated: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
         return (self.lin_l(aggregated) if self.aggregate_first else aggregated) + self.lin_r(root)
 
     @staticmethod

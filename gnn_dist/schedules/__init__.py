@@ -6,14 +6,15 @@ exact exchange, so reported accuracies are of the trained model itself.
 Input-feature halos are fetched once at start-up under every schedule.
 
     exact          every epoch, every halo row forward and every halo gradient back.
-    stale:R        DistGNN-style delayed halos: exchange on epochs 0, R, 2R, ...;
-                   in between the forward reuses the cached halo rows and the
+    stale:R        delayed halos, as the DistGNN paper (Md et al., SC21) delays
+                   remote aggregates: exchange on epochs 0, R, 2R, ...; in between the forward reuses the cached halo rows and the
                    backward treats them as constants: their gradients are
                    discarded and nothing is sent back. stale:1 is exact.
-    pipeline[:G]   PipeGCN: epoch e uses the halo rows and halo gradients of
+    pipeline[:G[:H]]  PipeGCN: epoch e uses the halo rows and halo gradients of
                    epoch e-1 while epoch e's travel with non-blocking MPI,
                    overlapping compute. Epoch 0 is exact (nothing to reuse yet).
-                   With G > 0 stale values are smoothed: v <- G v + (1 - G) v_new.
+                   Stale values are smoothed, v <- G v + (1 - G) v_new (rows with
+                   G, gradients with H); plain `pipeline` smooths both with 0.95.
     bns:P          BNS-GCN: each epoch each receiving rank keeps a random fraction
                    P of its halo rows, chosen by a hash of (seed, epoch, node,
                    receiver) that owner and receiver both compute, so no ids
@@ -34,16 +35,10 @@ Input-feature halos are fetched once at start-up under every schedule.
 The contract every schedule keeps, and how to add one, is in gnn_dist.schedules.base
 (and docs/extending.md).
 """
+from gnn_dist.discovery import import_modules_of
 from gnn_dist.schedules.base import Schedule, layer_slot, parse_schedule, register_schedule, schedule_forms
 
-# Importing the schedule files registers them, in the order error messages list their forms.
-# isort: off
-from gnn_dist.schedules.exact import ExactSchedule
-from gnn_dist.schedules.stale import StaleSchedule
-from gnn_dist.schedules.pipeline import PipelineSchedule
-from gnn_dist.schedules.bns import BoundarySamplingSchedule
-from gnn_dist.schedules.adaptive import AdaptiveSchedule
-# isort: on
+# Every module of this folder registers its schedule when imported; exact, the reference, is listed first.
+import_modules_of(__name__, __path__, first=("base", "exact"))
 
-__all__ = ["AdaptiveSchedule", "BoundarySamplingSchedule", "ExactSchedule", "PipelineSchedule", "Schedule",
-           "StaleSchedule", "layer_slot", "parse_schedule", "register_schedule", "schedule_forms"]
+__all__ = ["Schedule", "layer_slot", "parse_schedule", "register_schedule", "schedule_forms"]

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gnn_dist.halo_blocks import BlockPass
 from gnn_dist.schedules.base import Schedule, register_schedule
-from gnn_dist.sequential import BlockPass
 
 
 @register_schedule
@@ -183,20 +183,20 @@ class _AdaptiveBlocks(BlockPass):
         super().__init__(ex, x_owned)
         self.sending, self.incoming, self.halo = sending, incoming, halo
 
-    def out_rows(self, step):
-        return super().out_rows(step) if self.sending[step.dest] else None
+    def out_rows(self, exchange):
+        return super().out_rows(exchange) if self.sending[exchange.dest] else None
 
-    def in_buffer(self, step):
-        return self.halo[step.block.col_start:step.block.col_stop] if self.incoming[step.src] else None
+    def in_buffer(self, exchange):
+        return self.halo[exchange.block.col_start:exchange.block.col_stop] if self.incoming[exchange.src] else None
 
-    def block_rows(self, step, received):
-        return self.halo[step.block.col_start:step.block.col_stop]
+    def block_rows(self, exchange, received):
+        return self.halo[exchange.block.col_start:exchange.block.col_stop]
 
-    def out_gradients(self, step, grad_block):
-        return grad_block if self.incoming[step.src] else None
+    def out_gradients(self, exchange, grad_block):
+        return grad_block if self.incoming[exchange.src] else None
 
-    def in_gradients(self, step, like):
-        return super().in_gradients(step, like) if self.sending[step.dest] else None
+    def in_gradients(self, exchange, like):
+        return super().in_gradients(exchange, like) if self.sending[exchange.dest] else None
 
 
 def _relative_change(new: torch.Tensor, last: torch.Tensor) -> float:

@@ -12,10 +12,10 @@ new_full, buffer) and counts rows it does not send in `ex.counters.halo_rows_ski
     backward(ex, slot, grad_full, info) -> grad_owned
         grad_full: the gradient of `full`; returns [n_owned, width], the owned
         rows' gradient with what the halo's owners sent back added in.
-    block_pass(ex, slot, x_owned)    a BlockPass (gnn_dist.sequential): what each halo block of slot carries
+    block_pass(ex, slot, x_owned)    a BlockPass (gnn_dist.halo_blocks): what each halo block of slot carries
                                      this pass with --halo-memory sequential, and what it is aggregated with.
                                      A schedule without one is refused with sequential halos.
-    finish(ex)                       complete anything still in flight (end of training, checkpoints).
+    drain(ex)                        complete every transfer still in flight (end of training, checkpoints).
     reset()                          forget every cache: the next epoch starts afresh, as epoch 0 does
                                      (after the divergence guard's exact epochs).
     state_dict() / load_state_dict(d)  the caches a checkpoint keeps to resume exactly (tensors by name).
@@ -63,7 +63,7 @@ class Schedule:
         raise NotImplementedError
 
     def block_pass(self, ex, slot: str, x_owned: torch.Tensor):
-        """What slot's halo blocks carry in this pass with sequential halos (gnn_dist.sequential.BlockPass)."""
+        """What slot's halo blocks carry in this pass with sequential halos (gnn_dist.halo_blocks.BlockPass)."""
         raise NotImplementedError
 
     @property
@@ -71,7 +71,7 @@ class Schedule:
         """Whether --halo-memory sequential can run it (it defines block_pass)."""
         return type(self).block_pass is not Schedule.block_pass
 
-    def finish(self, ex) -> None:
+    def drain(self, ex) -> None:
         """Complete anything still in flight."""
 
     def reset(self) -> None:

@@ -6,15 +6,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gnn_dist.dropout import _wrap_int32, mix32, stream_key
+from gnn_dist.halo_blocks import BlockPass
+from gnn_dist.keyed_random import mix32, stream_key, wrap_int32
 from gnn_dist.schedules.base import Schedule, register_schedule
 from gnn_dist.schedules.exact import ExactSchedule
-from gnn_dist.sequential import BlockPass
 
 
 def _bernoulli_keep(node_ids: torch.Tensor, receivers: torch.Tensor, key: int, p: float) -> torch.Tensor:
     """True with probability p, a function of (node, receiver, key) only: owner and receiver agree."""
-    words = mix32(mix32(_wrap_int32(node_ids * 0x9E3779B1) ^ _wrap_int32(receivers * 0x85EBCA77 + key)))
+    words = mix32(mix32(wrap_int32(node_ids * 0x9E3779B1) ^ wrap_int32(receivers * 0x85EBCA77 + key)))
     # uniform 32-bit words read as signed fall below this threshold with probability p
     return words < int(p * (1 << 32)) - (1 << 31) if p < 1 else torch.ones(node_ids.shape, dtype=torch.bool)
 
@@ -102,28 +102,28 @@ class _SampledBlocks(BlockPass):
         super().__init__(ex, x_owned)
         self.send_keep, self.halo_keep = send_keep, halo_keep
 
-    def _kept_sent(self, step) -> torch.Tensor:
-        return self.send_range(step)[self.send_keep[step.send_start:step.send_stop]]
+    def _kept_sent(self, exchange) -> torch.Tensor:
+        return self.send_range(exchange)[self.send_keep[exchange.send_start:exchange.send_stop]]
 
-    def _kept_halo(self, step) -> torch.Tensor:
-        return torch.nonzero(self.halo_keep[step.block.col_start:step.block.col_stop]).squeeze(1)
+    def _kept_halo(self, exchange) -> torch.Tensor:
+        return torch.nonzero(self.halo_keep[exchange.block.col_start:exchange.block.col_stop]).squeeze(1)
 
-    def out_rows(self, step):
-        return self.x_owned.index_select(0, self._kept_sent(step))
+    def out_rows(self, exchange):
+        return self.x_owned.index_select(0, self._kept_sent(exchange))
 
-    def in_buffer(self, step):
-        return self.x_owned.new_empty(self._kept_halo(step).shape[0], self.x_owned.shape[1])
+    def in_buffer(self, exchange):
+        return self.x_owned.new_empty(self._kept_halo(exchange).shape[0], self.x_owned.shape[1])
 
-    def block_rows(self, step, received):
+    def block_rows(self, exchange, received):
         if received is None:
             return None
-        rows = received.new_zeros(step.block.col_stop - step.block.col_start, received.shape[1])
-        rows[self._kept_halo(step)] = received
+        rows = received.new_zeros(exchange.block.col_stop - exchange.block.col_start, received.shape[1])
+        rows[self._kept_halo(exchange)] = received
         return rows
 
-    def out_gradients(self, step, grad_block):
-        return grad_block[self._kept_halo(step)]
+    def out_gradients(self, exchange, grad_block):
+        return grad_block[self._kept_halo(exchange)]
 
-    def in_gradients(self, step, like):
-        rows = self._kept_sent(step)
+    def in_gradients(self, exchange, like):
+        rows = self._kept_sent(exchange)
         return like.new_empty(rows.shape[0], like.shape[1]), rows

@@ -1,8 +1,8 @@
 """exact: every epoch, every halo row forward and every halo gradient back."""
 from __future__ import annotations
 
+from gnn_dist.halo_blocks import BlockPass
 from gnn_dist.schedules.base import Schedule, register_schedule
-from gnn_dist.sequential import BlockPass
 
 
 @register_schedule

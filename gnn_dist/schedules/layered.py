@@ -52,9 +52,9 @@ class LayeredSchedule(Schedule):
     def block_pass(self, ex, slot, x_owned):
         return self._by_slot[slot].block_pass(ex, slot, x_owned)
 
-    def finish(self, ex):
+    def drain(self, ex):
         for schedule in self.layers:
-            schedule.finish(ex)
+            schedule.drain(ex)
 
     def reset(self):
         for schedule in self.layers:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gnn_dist.halo_blocks import BlockPass
 from gnn_dist.schedules.base import Schedule, register_schedule
-from gnn_dist.sequential import BlockPass
 
 # The default rule: PipeGCN-GF's own decay rate, 0.95, for rows and gradients alike
 # (benchmarks/results/pipeline-rule.md has the battery it holds on).
@@ -135,18 +135,18 @@ class PipelineSchedule(Schedule):
         self._arrived_rows(state)
         return _PipelinedBlocks(ex, x_owned, state, self)
 
-    def finish(self, ex):
+    def drain(self, ex):
         for state in self.states.values():
             _complete(state.pending_halo)
             _complete(state.pending_grads)
 
     def reset(self):
-        self.finish(None)
+        self.drain(None)
         self.states = {}
 
     def state_dict(self):
         out = {}
-        self.finish(None)
+        self.drain(None)
         for slot, state in self.states.items():
             in_flight = (bool(state.pending_halo), bool(state.pending_grads))
             for name in ("halo", "grads", "recv_halo", "recv_grads"):
@@ -183,14 +183,14 @@ class _WarmupBlocks(BlockPass):
         self.state = state
         state.halo = x_owned.new_empty(ex.plan.n_halo, x_owned.shape[1])
 
-    def in_buffer(self, step):
-        return self.state.halo[step.block.col_start:step.block.col_stop]
+    def in_buffer(self, exchange):
+        return self.state.halo[exchange.block.col_start:exchange.block.col_stop]
 
     def begin_backward(self):
         self.state.grads = self.x_owned.new_zeros(self.plan.rows_sent, self.x_owned.shape[1])
 
-    def in_gradients(self, step, like):
-        return self.state.grads[step.send_start:step.send_stop], self.send_range(step)
+    def in_gradients(self, exchange, like):
+        return self.state.grads[exchange.send_start:exchange.send_stop], self.send_range(exchange)
 
 
 class _PipelinedBlocks(BlockPass):
@@ -208,14 +208,14 @@ class _PipelinedBlocks(BlockPass):
             state.recv_halo = x_owned.new_empty(plan.n_halo, width)
         self.kept = state.pending_halo
 
-    def out_rows(self, step):
-        return self.state.send_halo[step.send_start:step.send_stop]
+    def out_rows(self, exchange):
+        return self.state.send_halo[exchange.send_start:exchange.send_stop]
 
-    def in_buffer(self, step):
-        return self.state.recv_halo[step.block.col_start:step.block.col_stop]
+    def in_buffer(self, exchange):
+        return self.state.recv_halo[exchange.block.col_start:exchange.block.col_stop]
 
-    def block_rows(self, step, received):
-        return self.state.halo[step.block.col_start:step.block.col_stop]
+    def block_rows(self, exchange, received):
+        return self.state.halo[exchange.block.col_start:exchange.block.col_stop]
 
     def keep(self, pending):
         self.kept.append(pending)
@@ -230,13 +230,13 @@ class _PipelinedBlocks(BlockPass):
             state.recv_grads = self.x_owned.new_empty(self.plan.rows_sent, width)
         self.kept = state.pending_grads
 
-    def out_gradients(self, step, grad_block):
-        rows = self.state.send_grads[step.block.col_start:step.block.col_stop]
+    def out_gradients(self, exchange, grad_block):
+        rows = self.state.send_grads[exchange.block.col_start:exchange.block.col_stop]
         rows.copy_(grad_block)
         return rows
 
-    def in_gradients(self, step, like):
-        return self.state.recv_grads[step.send_start:step.send_stop], self.send_range(step)
+    def in_gradients(self, exchange, like):
+        return self.state.recv_grads[exchange.send_start:exchange.send_stop], self.send_range(exchange)
 
     def finish_backward(self, grad_x):
         grad_x.index_add_(0, self.plan.send_idx, self.state.grads)

@@ -1,11 +1,12 @@
-"""stale:R: DistGNN-style delayed halos (see gnn_dist.schedules)."""
+"""stale:R: delayed halos, refreshed every R epochs, as the DistGNN paper (Md et al., SC21) delays remote aggregates
+(see gnn_dist.schedules)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gnn_dist.halo_blocks import BlockPass
 from gnn_dist.schedules.base import Schedule, register_schedule
 from gnn_dist.schedules.exact import ExactSchedule
-from gnn_dist.sequential import BlockPass
 
 
 @register_schedule
@@ -76,8 +77,8 @@ class _RefreshBlocks(BlockPass):
         super().__init__(ex, x_owned)
         self.cache = cache
 
-    def in_buffer(self, step):
-        return self.cache[step.block.col_start:step.block.col_stop]
+    def in_buffer(self, exchange):
+        return self.cache[exchange.block.col_start:exchange.block.col_stop]
 
 
 class _CachedBlocks(BlockPass):
@@ -87,17 +88,17 @@ class _CachedBlocks(BlockPass):
         super().__init__(ex, x_owned)
         self.cache = cache
 
-    def out_rows(self, step):
+    def out_rows(self, exchange):
         return None
 
-    def in_buffer(self, step):
+    def in_buffer(self, exchange):
         return None
 
-    def block_rows(self, step, received):
-        return self.cache[step.block.col_start:step.block.col_stop]
+    def block_rows(self, exchange, received):
+        return self.cache[exchange.block.col_start:exchange.block.col_stop]
 
-    def out_gradients(self, step, grad_block):
+    def out_gradients(self, exchange, grad_block):
         return None
 
-    def in_gradients(self, step, like):
+    def in_gradients(self, exchange, like):
         return None

@@ -1,4 +1,4 @@
-"""Distributed training: set-up (setup.py), the training step of each mode (step.py, full_batch.py,
+"""Distributed training: set-up (setup.py), the training modes (mode.py: full_batch.py,
 mini_batch.py), evaluation (evaluation.py) and the epoch loop with `train()` (loop.py)."""
 from gnn_dist.training.loop import run_epochs, train
 from gnn_dist.training.setup import setup

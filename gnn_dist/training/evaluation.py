@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from gnn_dist.context import RankContext
-from gnn_dist.model import LocalGraph
+from gnn_dist.local_graph import LocalGraph
 from gnn_dist.training.state import RankState, sum_over_ranks
 
 

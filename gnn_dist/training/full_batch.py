@@ -12,11 +12,11 @@ import math
 
 import torch.nn.functional as F
 
+from gnn_dist.training.gradients import flat_buffer, sync_gradients
 from gnn_dist.training.state import TrainingDiverged
-from gnn_dist.training.step import flat_buffer, sync_gradients
 
 
-class FullBatchStep:
+class FullBatchMode:
     def __init__(self, state):
         self.state = state
         self.params = list(state.model.parameters())

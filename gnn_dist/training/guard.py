@@ -13,9 +13,10 @@ alike (the global training loss and the validation accuracy):
   over epochs, so one noisy epoch or stale:R's saw-tooth does not fire it;
   measured on the scale of an untrained model's loss, so the relative noise
   of a loss near zero late in training does not either);
-- the validation accuracy falls `collapse` below the rate of the validation
-  set's majority class, once `warmup` epochs have passed (early epochs often
-  predict one class while the model finds its footing).
+- the validation accuracy stays `collapse` below the rate of the validation
+  set's majority class for `collapse_patience` evaluations in a row, once
+  `warmup` epochs have passed (early epochs often predict one class while the
+  model finds its footing, and one evaluation may dip on a weak-signal graph).
 
 When either fires, the following epochs exchange exactly (the schedule's own
 state is dropped, so it starts afresh afterwards, as it does at epoch 0), the
@@ -39,6 +40,7 @@ class GuardRule:
     rise: float = 0.10  # of the first epoch's loss
     patience: int = 5
     collapse: float = 0.05
+    collapse_patience: int = 3  # evaluations in a row
     warmup: int = 10
     window: int = 10
 
@@ -56,6 +58,7 @@ class DivergenceGuard:
     recent: list = field(default_factory=list)  # the last `patience` training losses
     best_mean: float = math.inf  # the lowest mean of `patience` consecutive losses so far
     first_loss: float | None = None  # the scale of the loss: what the untrained model scored
+    collapsed_in_a_row: int = 0  # evaluations below the majority rate (less the margin) in a row
     guard_epochs: int = 0        # epochs trained exactly because the guard fired
     firings: int = 0
 
@@ -89,15 +92,20 @@ class DivergenceGuard:
             return (f"the training loss of epochs {epoch - rule.patience + 1}-{epoch} averaged {mean:.4f}, "
                     f"{mean - self.best_mean:.4f} above its best {rule.patience}-epoch average {self.best_mean:.4f} "
                     f"(more than {rule.rise:g} x the first epoch's loss)")
-        if (val_acc is not None and self.majority_rate is not None and epoch >= rule.warmup
-                and val_acc < self.majority_rate - rule.collapse):
-            return (f"validation accuracy {val_acc:.4f} at epoch {epoch} fell below the majority class's rate "
-                    f"{self.majority_rate:.4f}")
+        if val_acc is not None and self.majority_rate is not None:
+            below = epoch >= rule.warmup and val_acc < self.majority_rate - rule.collapse
+            self.collapsed_in_a_row = self.collapsed_in_a_row + 1 if below else 0
+            if self.collapsed_in_a_row >= rule.collapse_patience:
+                self.collapsed_in_a_row = 0
+                return (f"validation accuracy stayed over {rule.collapse:g} below the majority class's rate "
+                        f"{self.majority_rate:.4f} for {rule.collapse_patience} evaluations ({val_acc:.4f} at epoch "
+                        f"{epoch})")
         return None
 
     def state_dict(self) -> dict:
         return {"exact_until": self.exact_until, "recent": list(self.recent), "best_mean": self.best_mean,
-                "first_loss": self.first_loss, "guard_epochs": self.guard_epochs, "firings": self.firings}
+                "first_loss": self.first_loss, "collapsed_in_a_row": self.collapsed_in_a_row,
+                "guard_epochs": self.guard_epochs, "firings": self.firings}
 
     def load_state_dict(self, saved: dict) -> None:
         for key, value in saved.items():

@@ -1,6 +1,6 @@
 """The epoch loop and `train()`: training step, evaluation, metrics, checkpoints and the final record.
 
-The loop is the same for every mode: the mode's step (gnn_dist.training.step)
+The loop is the same for every mode: the mode (gnn_dist.training.mode)
 trains one epoch, then the loop evaluates, reduces the epoch's figures over
 ranks, writes the metrics record and, on schedule, a checkpoint.
 """
@@ -11,10 +11,10 @@ import time
 from gnn_dist.checkpoint import save_checkpoint
 from gnn_dist.config import TrainConfig
 from gnn_dist.context import RankContext
-from gnn_dist.link_model import LinkModel
 from gnn_dist.log import rank_logger
-from gnn_dist.memory import PhasePeaks, peak_rss_bytes, release_free_heap, return_large_blocks_on_free
 from gnn_dist.metrics import summarise
+from gnn_dist.rss import PhasePeaks, peak_rss_bytes, release_free_heap, return_large_blocks_on_free
+from gnn_dist.simulated_link import LinkModel
 from gnn_dist.supervise import restarts_so_far
 from gnn_dist.training.evaluation import evaluate, write_predictions
 from gnn_dist.training.faults import maybe_inject_failure
@@ -43,7 +43,7 @@ def run_epochs(state: RankState) -> list[dict]:
         counters.reset()
         beat(f"epoch {epoch}: training step")
         start = time.perf_counter()
-        figures = state.step.train_epoch(epoch)
+        figures = state.mode.train_epoch(epoch)
         loss = figures["loss"]
         state.epochs_run += 1
         epoch_s = time.perf_counter() - start
@@ -70,7 +70,7 @@ def run_epochs(state: RankState) -> list[dict]:
             "halo_bytes": int(halo_bytes), "halo_rows": int(halo_rows), "halo_rows_skipped": int(rows_skipped),
             "eval_halo_bytes": int(eval_halo_bytes),
             "allreduce_bytes": int(allreduce_bytes),
-            **state.step.epoch_metrics(figures, epoch_s),
+            **state.mode.epoch_metrics(figures, epoch_s),
         }
         records.append(record)
         state.metrics.write(record)
@@ -93,7 +93,7 @@ def watch_divergence(state: RankState, epoch: int, loss: float, val_acc: float |
     line = state.guard.observe(epoch, loss, val_acc)
     if line is None:
         return
-    state.exchanger.schedule.finish(state.exchanger)
+    state.exchanger.schedule.drain(state.exchanger)
     state.exchanger.schedule.reset()
     if state.ctx.is_root:
         rank_logger(None).warning(line)
@@ -137,7 +137,7 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
     complete = False
     try:
         records = run_epochs(state)
-        state.exchanger.finish()
+        state.exchanger.drain()
         if config.predictions_out:
             enter_phase(state, "eval")
             write_predictions(state, config.predictions_out)
@@ -152,6 +152,7 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             "simulated_link": LinkModel.parse(config.simulate_link).label() if config.simulate_link else None,
             "schedule_guard": config.schedule_guard if state.guard is not None else "off",
             "guard_epochs": state.guard.guard_epochs if state.guard is not None else 0,
+            "val_majority_rate": state.val_majority_rate,
             **memory_report(ctx, memory),
         })
         state.metrics.write(final)

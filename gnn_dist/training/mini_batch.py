@@ -19,17 +19,17 @@ import torch
 import torch.nn.functional as F
 
 from gnn_dist.config import SampledConfig
-from gnn_dist.dropout import sampled_stream_key
 from gnn_dist.feature_store import FeatureStore
-from gnn_dist.model import forward_blocks
+from gnn_dist.keyed_random import sampled_stream_key
+from gnn_dist.layer_stack import forward_blocks
 from gnn_dist.models import model_class
 from gnn_dist.sampler import DistributedSampler
 from gnn_dist.training.full_batch import check_finite
+from gnn_dist.training.gradients import flat_buffer, sync_gradients
 from gnn_dist.training.state import max_over_ranks, sum_over_ranks
-from gnn_dist.training.step import flat_buffer, sync_gradients
 
 
-class MiniBatchStep:
+class MiniBatchMode:
     def __init__(self, state, part, config: SampledConfig):
         self.state = state
         self.config = config

@@ -25,19 +25,20 @@ from gnn_dist.context import RankContext, SetupError
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.kernels.native import native_module
-from gnn_dist.link_model import LinkModel, ModelledLinkComm
+from gnn_dist.layer_stack import LayerStack
+from gnn_dist.local_graph import LocalGraph
 from gnn_dist.log import rank_logger
-from gnn_dist.memory import current_rss_bytes
+from gnn_dist.memory_plan import RankMemory, available_memory_bytes, memory_refusal, part_shape, plan_config_of, plan_part
 from gnn_dist.metrics import MetricsWriter
-from gnn_dist.model import DistGNN, LocalGraph
 from gnn_dist.partition.format import load_meta, load_part
-from gnn_dist.plan import RankMemory, available_memory_bytes, memory_refusal, part_shape, plan_config_of, plan_part
+from gnn_dist.rss import current_rss_bytes
 from gnn_dist.schedules import parse_schedule
-from gnn_dist.training.full_batch import FullBatchStep
+from gnn_dist.simulated_link import LinkModel, ModelledLinkComm
+from gnn_dist.training.full_batch import FullBatchMode
+from gnn_dist.training.gradients import flat_buffer
 from gnn_dist.training.guard import DivergenceGuard
-from gnn_dist.training.mini_batch import MiniBatchStep
+from gnn_dist.training.mini_batch import MiniBatchMode
 from gnn_dist.training.state import RankState, sum_over_ranks
-from gnn_dist.training.step import flat_buffer
 from gnn_dist.watchdog import NoWatchdog, Watchdog
 
 
@@ -104,21 +105,22 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     setup_halo_bytes = sum_over_ranks(ctx, [exchanger.counters.halo_bytes])[0]
     exchanger.counters.reset()
 
-    model = DistGNN(config.model, meta.num_features, meta.num_classes, graph, exchanger, config.seed)
+    model = LayerStack(config.model, meta.num_features, meta.num_classes, graph, exchanger, config.seed)
     broadcast_parameters(ctx, list(model.parameters()))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, metrics,
                       meta.dataset, setup_halo_bytes, meta.partition_id, watchdog)
     if config.checkpoint_dir:
         state.graph_identity = graph_identity(ctx.comm, meta, part.node_ids, part.y, part.deg[:part.n_owned])
-    if config.schedule_guard == "on" and any(s.kind != "exact" for s in
-                                             parse_schedule(config.schedule).per_layer(config.model.num_layers - 1)):
-        state.guard = DivergenceGuard(majority_rate=majority_rate(ctx, graph.y[graph.val_mask], meta.num_classes))
+    state.val_majority_rate = majority_rate(ctx, graph.y[graph.val_mask], meta.num_classes)
+    lossy = any(s.kind != "exact" for s in parse_schedule(config.schedule).per_layer(config.model.num_layers - 1))
+    if lossy and config.schedule_guard == "on":
+        state.guard = DivergenceGuard(majority_rate=state.val_majority_rate)
     if config.mode == "sampled":
         watchdog.beat("set-up: sampler and feature cache")
-        state.step = MiniBatchStep(state, part, config.sampled)
+        state.mode = MiniBatchMode(state, part, config.sampled)
     else:
-        state.step = FullBatchStep(state)
+        state.mode = FullBatchMode(state)
     if config.resume:
         watchdog.beat("set-up: loading the checkpoint")
         resume(state, metrics)
@@ -155,7 +157,7 @@ def resume(state: RankState, metrics: MetricsWriter) -> None:
 
 
 def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part) -> None:
-    """Plan this rank's peak (gnn_dist.plan) and refuse on every rank, before the big allocations, if any
+    """Plan this rank's peak (gnn_dist.memory_plan) and refuse on every rank, before the big allocations, if any
     host's ranks would not fit (or a rank would pass --memory-limit)."""
     plan = plan_part(part_shape(part), plan_config_of(config), part.meta.num_features, part.meta.num_classes)
     mine = RankMemory(socket.gethostname(), plan.peak, plan.summary(3), current_rss_bytes(),

@@ -9,9 +9,10 @@ import torch
 from gnn_dist.config import TrainConfig
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.halo import HaloExchanger
-from gnn_dist.memory import PhasePeaks
+from gnn_dist.layer_stack import LayerStack
+from gnn_dist.local_graph import LocalGraph
 from gnn_dist.metrics import MetricsWriter
-from gnn_dist.model import DistGNN, LocalGraph
+from gnn_dist.rss import PhasePeaks
 
 
 class TrainingDiverged(SetupError):
@@ -25,7 +26,7 @@ class RankState:
     graph: LocalGraph
     exchanger: HaloExchanger
     x_full: torch.Tensor  # [owned | halo] input features: the halo fetched once at start-up
-    model: DistGNN
+    model: LayerStack
     optimizer: torch.optim.Optimizer
     num_train: int
     metrics: MetricsWriter
@@ -33,13 +34,14 @@ class RankState:
     setup_halo_bytes: int
     partition_id: str
     watchdog: object
-    step: object = None  # the training step of the mode (gnn_dist.training.step.Step)
+    mode: object = None  # the training mode (gnn_dist.training.mode.TrainingMode)
     graph_identity: dict | None = None  # what checkpoints record of the graph (gnn_dist.checkpoint.graph_identity)
     start_epoch: int = 0
     epochs_run: int = 0  # training epochs this process executed (a resumed run skips the restored ones)
     records: list = dataclasses.field(default_factory=list)
     memory: PhasePeaks | None = None  # peak RSS per phase (set by train(); absent when a test drives the steps)
     guard: object = None  # the divergence guard of a lossy schedule (gnn_dist.training.guard), else None
+    val_majority_rate: float | None = None  # the validation accuracy of always answering the most common class
 
 
 def sum_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:

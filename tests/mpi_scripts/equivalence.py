@@ -36,7 +36,7 @@ config = TrainConfig(parts=args.parts, epochs=0, progress=False, seed=11, halo_m
                      model=ModelConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers,
                                        dropout=0.0, batch_norm=args.batch_norm, heads=args.heads))
 state = setup(ctx, config)
-loss = state.step.compute_gradients(epoch=0)
+loss = state.mode.compute_gradients(epoch=0)
 state.model.train()
 with torch.no_grad():
     logits = state.model(state.x_full)

@@ -1,4 +1,4 @@
-"""The base of every model's distributed layer (`DistConv`) and a cross-rank BatchNorm.
+"""The base class of every registered model's distributed layer (`DistConv`), and the initialisers they share.
 
 A layer sees only its rank's rows. It aggregates over [owned | halo] columns
 with the rank's local sparse operator and fetches halo rows through the
@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from gnn_dist.halo import HaloExchanger
+from gnn_dist.halo_blocks import BlockedOperator, aggregate_exchanged, aggregate_local
 from gnn_dist.kernels.spmm import SparseOperator, spmm
-from gnn_dist.sequential import BlockedOperator, aggregate_exchanged, aggregate_local
 
 
 def glorot_(weight: torch.Tensor, generator: torch.Generator | None = None) -> None:
@@ -55,13 +55,13 @@ class DistConv(nn.Module):
     """A registered model's layer (gnn_dist.models): the full-graph forward over [owned | halo] columns, the
     sampled-block forward, and what the rest of the system asks of a model.
 
-    A subclass sets `name` (its --model NAME), `needs_root` (whether `finish` takes the rows' own input)
+    A subclass sets `name` (its --model NAME), `needs_root` (whether `update` takes the rows' own input)
     and `self_loops` (whether its operator adds one entry per row, for the memory plan), and defines:
 
         reset_parameters(generator)   initial weights from a private generator
         transform(h)                  the rows it aggregates: h, or h times its weight when the output is narrower
         aggregation_bias              the bias fused into the aggregation of transformed rows, else None
-        finish(aggregated, root)      output rows from their aggregation (and their own input when needs_root)
+        update(aggregated, root)   output rows from their aggregation (and their own input when needs_root)
         normalise(rows, cols, deg, start, n_rows)   the full-graph operator's entries of a row range
         block_operator(block)         a sampled block's operator
         pyg_conv(in_dim, out_dim), pyg_parameter_names()   the PyG layer the tests compare it with
@@ -110,7 +110,7 @@ class DistConv(nn.Module):
 
     def combine(self, op: SparseOperator, source: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
         """Output rows of op's rows from the rows `source` it aggregates (and `root`, those rows' own input)."""
-        return self.finish(spmm(op, source, self.aggregation_bias), root)
+        return self.update(spmm(op, source, self.aggregation_bias), root)
 
     def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None,
                 halo_source=None) -> torch.Tensor:
@@ -144,7 +144,7 @@ def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> tor
     owned rows travel through the halo exchange, so the narrower of the two
     widths goes on the wire.
 
-    Sequential (conv.blocked set, gnn_dist.sequential): x is the owned rows;
+    Sequential (conv.blocked set, gnn_dist.halo_blocks): x is the owned rows;
     the halo rows either travel block by block, or, for the first layer, come
     from halo_source(start, stop) one block at a time (cached input features).
     """
@@ -165,68 +165,4 @@ def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> tor
         aggregated = aggregate_local(conv.blocked, source, lambda start, stop: conv.transform(halo_source(start, stop)),
                                      conv.aggregation_bias)
     del source
-    return conv.finish(aggregated, root)
-
-
-class DistBatchNorm(nn.Module):
-    """BatchNorm1d whose batch statistics span all ranks' owned rows (like SyncBatchNorm).
-
-    Training normalises with the global mean and biased variance and updates
-    running statistics with the unbiased variance (momentum 0.1), as
-    torch.nn.BatchNorm1d does on the whole graph; evaluation uses the running
-    statistics.
-
-    Shapes:
-        x: [n_owned, C] -> [n_owned, C]
-    """
-
-    def __init__(self, num_features: int, exchanger: HaloExchanger, eps: float = 1e-5, momentum: float = 0.1):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(num_features))
-        self.bias = nn.Parameter(torch.zeros(num_features))
-        self.register_buffer("running_mean", torch.zeros(num_features))
-        self.register_buffer("running_var", torch.ones(num_features))
-        self.exchanger = exchanger
-        self.eps = eps
-        self.momentum = momentum
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training:
-            return (x - self.running_mean) / torch.sqrt(self.running_var + self.eps) * self.weight + self.bias
-        return _SyncBatchNorm.apply(x, self.weight, self.bias, self)
-
-
-class _SyncBatchNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, module: DistBatchNorm):  # type: ignore[override]
-        c = x.shape[1]
-        stats = torch.cat([x.sum(0), (x * x).sum(0), torch.tensor([float(x.shape[0])], dtype=x.dtype)])
-        module.exchanger.allreduce_(stats)
-        count = stats[-1]
-        if count < 2:
-            raise ValueError("BatchNorm needs at least two nodes across all ranks")
-        mean = stats[:c] / count
-        var = (stats[c:2 * c] / count - mean * mean).clamp_min(0)
-        invstd = torch.rsqrt(var + module.eps)
-        x_hat = (x - mean) * invstd
-        with torch.no_grad():
-            m = module.momentum
-            module.running_mean.mul_(1 - m).add_(mean, alpha=m)
-            module.running_var.mul_(1 - m).add_(var * count / (count - 1), alpha=m)
-        ctx.save_for_backward(x_hat, invstd, weight)
-        ctx.count = count
-        ctx.module = module
-        return x_hat * weight + bias
-
-    @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[override]
-        x_hat, invstd, weight = ctx.saved_tensors
-        c = x_hat.shape[1]
-        local_sum_dy = grad_out.sum(0)
-        local_sum_dy_xhat = (grad_out * x_hat).sum(0)
-        sums = torch.cat([local_sum_dy, local_sum_dy_xhat])
-        ctx.module.exchanger.allreduce_(sums)
-        sum_dy, sum_dy_xhat = sums[:c], sums[c:]
-        grad_x = (weight * invstd / ctx.count) * (ctx.count * grad_out - sum_dy - x_hat * sum_dy_xhat)
-        # Parameter gradients stay local: the trainer sums all gradients across ranks.
-        return grad_x, local_sum_dy_xhat, local_sum_dy, None
+    return conv.update(aggregated, root)

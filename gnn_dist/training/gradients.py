@@ -1,29 +1,12 @@
-"""The training step of a mode, and the one gradient synchronisation every step uses.
-
-    class Step(Protocol):
-        def train_epoch(self, epoch: int) -> dict: ...
-            # one epoch of optimiser steps; returns {"loss": the global mean training loss, ...}
-        def epoch_metrics(self, figures: dict, epoch_s: float) -> dict: ...
-            # the mode's own per-epoch figures for the metrics record (reduced over ranks)
-
-Full-batch training (gnn_dist.training.full_batch) takes one step per epoch;
-sampled training (gnn_dist.training.mini_batch) takes many. Each owns the flat
-buffer its gradients travel in.
-"""
+"""The one gradient synchronisation every training mode uses: all gradients (and a few scalars) summed over
+ranks in one Allreduce of one flat buffer."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 import torch
 
 from gnn_dist.flat import pack_into, unpack_from
-
-
-class Step(Protocol):
-    def train_epoch(self, epoch: int) -> dict: ...
-
-    def epoch_metrics(self, figures: dict, epoch_s: float) -> dict: ...
 
 
 def flat_buffer(params: list[torch.Tensor], extras: int) -> torch.Tensor:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 
 from gnn_dist.config import ModelConfig
-from gnn_dist.model import exchanged_widths, predicted_halo_bytes_per_epoch
+from gnn_dist.memory_plan import PlanConfig, part_shapes, plan_part, readable_bytes
 from gnn_dist.partition.format import load_meta, verify_part_file
-from gnn_dist.plan import PlanConfig, part_shapes, plan_part, readable_bytes
+from gnn_dist.traffic import exchanged_widths, predicted_halo_bytes_per_epoch
 
 FP32_BYTES = 4
 

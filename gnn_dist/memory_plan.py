@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gnn_dist.config import FEATURE_DTYPES, ModelConfig
-from gnn_dist.model import exchanged_widths
+from gnn_dist.halo_blocks import DEFAULT_HALO_BLOCK_ROWS
 from gnn_dist.models import model_class
 from gnn_dist.schedules import parse_schedule
-from gnn_dist.sequential import DEFAULT_HALO_BLOCK_ROWS
+from gnn_dist.traffic import exchanged_widths
 
 FLOAT = 4
 INDEX = 8
@@ -35,7 +35,7 @@ INDEX = 8
 PROCESS_BYTES = 325 << 20
 # Set-up builds the operator from COO entries: int64 rows and columns, float64 normalisation terms, the
 # sort key and order of the CSR build, and their gathered copies (bytes per operator entry, counted from
-# gnn_dist.model.normalised_rows and gnn_dist.kernels.spmm._csr).
+# gnn_dist.local_graph.normalised_rows and gnn_dist.kernels.spmm._csr).
 SETUP_BYTES_PER_ENTRY = 64
 
 
@@ -179,7 +179,7 @@ def plan_part(shape: PartShape, config: PlanConfig, num_features: int, num_class
 
 
 def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: bool) -> None:
-    """The model's forward (gnn_dist.model.DistGNN.forward; evaluation differs only in what it keeps)."""
+    """The model's forward (gnn_dist.layer_stack.LayerStack.forward; evaluation differs only in what it keeps)."""
     model = config.model
     conv = model_class(model.model)
     needs_root = conv.needs_root

@@ -22,7 +22,7 @@ Steps: in round r every rank sends to (rank + r) % P and receives from
 (rank - r) % P; a round whose largest block exceeds the row bound is cut
 into sub-rounds, agreed once at set-up from the P x P matrix of send counts.
 Blocks travel point to point (Isend/Irecv, only between ranks that share
-rows, no collective per round), and each step's transfer starts one step
+rows, no collective per round), and each exchange's transfer starts one exchange
 ahead, so the next block is on the wire while this one is multiplied.
 
 Schedules: what a block carries, and what it is aggregated with, is the
@@ -66,7 +66,7 @@ class HaloBlock:
 
 
 @dataclass(frozen=True)
-class Step:
+class BlockExchange:
     """One collective: send rows send_idx[send_start:send_stop] to dest, receive halo block `block` from src."""
 
     dest: int
@@ -78,14 +78,14 @@ class Step:
 
 @dataclass(frozen=True)
 class BlockedOperator:
-    """A part's operator split into its owned columns and blocks of halo columns, with the exchange steps."""
+    """A part's operator split into its owned columns and blocks of halo columns, with its block exchanges."""
 
     owned: SparseOperator
-    steps: tuple[Step, ...]
+    exchanges: tuple[BlockExchange, ...]
 
     @property
     def blocks(self) -> tuple[HaloBlock, ...]:
-        return tuple(step.block for step in self.steps)
+        return tuple(exchange.block for exchange in self.exchanges)
 
 
 def exchange_rounds(send_counts: np.ndarray, block_rows: int) -> list[tuple[int, int]]:
@@ -121,7 +121,7 @@ def build_blocked_operator(rows: torch.Tensor, cols: torch.Tensor, values: torch
     del order
     recv_start = np.concatenate([[0], np.cumsum(recv_counts)])
     send_start = np.concatenate([[0], np.cumsum(send_counts_matrix[rank])])
-    steps = []
+    exchanges = []
     for r, s in exchange_rounds(send_counts_matrix, block_rows):
         dest, src = (rank + r) % num_parts, (rank - r) % num_parts
         sent = int(send_counts_matrix[rank, dest])
@@ -135,9 +135,9 @@ def build_blocked_operator(rows: torch.Tensor, cols: torch.Tensor, values: torch
         row_ids, compact_rows = torch.unique(block_rows_of, sorted=True, return_inverse=True)
         operator = SparseOperator.from_coo(compact_rows, halo_cols[lo:hi] - c_lo, halo_values[lo:hi],
                                            (int(row_ids.shape[0]), c_hi - c_lo))
-        steps.append(Step(dest, int(send_start[dest]) + s_lo, int(send_start[dest]) + s_hi, src,
+        exchanges.append(BlockExchange(dest, int(send_start[dest]) + s_lo, int(send_start[dest]) + s_hi, src,
                           HaloBlock(c_lo, c_hi, row_ids, operator)))
-    return BlockedOperator(owned=owned, steps=tuple(steps))
+    return BlockedOperator(owned=owned, exchanges=tuple(exchanges))
 
 
 FORWARD_ROWS, BACKWARD_GRADIENTS, ROWS_AGAIN = 0, 1, 2  # what a block message carries (its MPI tag's low bits)
@@ -152,17 +152,17 @@ def message_tag(slot: str, purpose: int) -> int:
 class BlockPass:
     """How a schedule moves one layer's halo blocks in one pass (this base: the exact exchange).
 
-    The driver (`aggregate_exchanged`) owns the transfers; for every exchange step, in order, it asks
-        out_rows(step)              rows to send to step.dest (None: nothing travels)
-        in_buffer(step)             where step's block from step.src lands (None: nothing travels)
-        block_rows(step, got)       the rows the block is aggregated with (got: what arrived, or None)
+    The driver (`aggregate_exchanged`) owns the transfers; for every block exchange, in order, it asks
+        out_rows(exchange)              rows to send to exchange.dest (None: nothing travels)
+        in_buffer(exchange)             where exchange's block from exchange.src lands (None: nothing travels)
+        block_rows(exchange, got)       the rows the block is aggregated with (got: what arrived, or None)
     and in the backward
         begin_backward()
-        out_gradients(step, g)      the gradient rows of step's block to send to step.src (None: nothing)
-        in_gradients(step, like)    (buffer, the owned rows they belong to) for what step.dest returns, or None
+        out_gradients(exchange, g)      the gradient rows of exchange's block to send to exchange.src (None: nothing)
+        in_gradients(exchange, like)    (buffer, the owned rows they belong to) for what exchange.dest returns, or None
         finish_backward(grad_x)     anything left to add (a pipeline's gradients of the epoch before)
     A pass that `defers` leaves its transfers in flight when it returns: the driver hands each one to
-    keep(), and the schedule waits for them itself (next epoch, or in finish()).
+    keep(), and the schedule waits for them itself (next epoch, or in drain()).
     """
 
     defers = False
@@ -172,27 +172,27 @@ class BlockPass:
         self.plan = ex.plan
         self.x_owned = x_owned
 
-    def send_range(self, step: Step) -> torch.Tensor:
-        return self.plan.send_idx[step.send_start:step.send_stop]
+    def send_range(self, exchange: BlockExchange) -> torch.Tensor:
+        return self.plan.send_idx[exchange.send_start:exchange.send_stop]
 
-    def out_rows(self, step: Step) -> torch.Tensor | None:
-        return self.x_owned.index_select(0, self.send_range(step))
+    def out_rows(self, exchange: BlockExchange) -> torch.Tensor | None:
+        return self.x_owned.index_select(0, self.send_range(exchange))
 
-    def in_buffer(self, step: Step) -> torch.Tensor | None:
-        block = step.block
+    def in_buffer(self, exchange: BlockExchange) -> torch.Tensor | None:
+        block = exchange.block
         return self.x_owned.new_empty(block.col_stop - block.col_start, self.x_owned.shape[1])
 
-    def block_rows(self, step: Step, received: torch.Tensor | None) -> torch.Tensor | None:
+    def block_rows(self, exchange: BlockExchange, received: torch.Tensor | None) -> torch.Tensor | None:
         return received
 
     def begin_backward(self) -> None:
         pass
 
-    def out_gradients(self, step: Step, grad_block: torch.Tensor) -> torch.Tensor | None:
+    def out_gradients(self, exchange: BlockExchange, grad_block: torch.Tensor) -> torch.Tensor | None:
         return grad_block
 
-    def in_gradients(self, step: Step, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        rows = self.send_range(step)
+    def in_gradients(self, exchange: BlockExchange, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        rows = self.send_range(exchange)
         return like.new_empty(rows.shape[0], like.shape[1]), rows
 
     def finish_backward(self, grad_x: torch.Tensor) -> None:
@@ -236,7 +236,7 @@ def aggregate_local(blocked: BlockedOperator, owned_source: torch.Tensor, halo_s
 
 def post_transfers(transfers: BlockPass, rows: torch.Tensor | None, dest: int, buffer: torch.Tensor | None, src: int,
           tag: int) -> tuple[list[Pending], Pending | None]:
-    """Start one step's transfers: (the sends to wait for within the pass, the receive to wait for, or None).
+    """Start one exchange's transfers: (the sends to wait for within the pass, the receive to wait for, or None).
     A deferring pass keeps them all in flight instead."""
     ex = transfers.ex
     pendings = []
@@ -251,7 +251,7 @@ def post_transfers(transfers: BlockPass, rows: torch.Tensor | None, dest: int, b
 
 
 class _SequentialAggregate(torch.autograd.Function):
-    """Each step's transfers start one step ahead, so the next block travels while this one is multiplied:
+    """Each exchange's transfers start one exchange ahead, so the next block travels while this one is multiplied:
     point-to-point messages, only between ranks that share halo rows."""
 
     @staticmethod
@@ -259,25 +259,25 @@ class _SequentialAggregate(torch.autograd.Function):
         transfers = ex.active_schedule(slot).block_pass(ex, slot, x_owned)
         ctx.blocked, ctx.ex, ctx.slot, ctx.has_bias, ctx.transfers = blocked, ex, slot, bias is not None, transfers
         out = _matmul(blocked.owned.matrix, x_owned, bias)
-        ex.step = f"epoch {ex.epoch}: {slot} sequential forward halo exchange"
+        ex.activity = f"epoch {ex.epoch}: {slot} sequential forward halo exchange"
         tag = message_tag(slot, FORWARD_ROWS)
 
-        def post(step: Step):
-            buffer = transfers.in_buffer(step) if step.block.col_stop > step.block.col_start else None
-            rows = transfers.out_rows(step) if step.send_stop > step.send_start else None
-            sends, receive = post_transfers(transfers, rows, step.dest, buffer, step.src, tag)
+        def post(exchange: BlockExchange):
+            buffer = transfers.in_buffer(exchange) if exchange.block.col_stop > exchange.block.col_start else None
+            rows = transfers.out_rows(exchange) if exchange.send_stop > exchange.send_start else None
+            sends, receive = post_transfers(transfers, rows, exchange.dest, buffer, exchange.src, tag)
             return sends, receive, buffer
 
-        steps = blocked.steps
-        ahead = post(steps[0]) if steps else None
-        for k, step in enumerate(steps):
+        exchanges = blocked.exchanges
+        ahead = post(exchanges[0]) if exchanges else None
+        for k, exchange in enumerate(exchanges):
             sends, receive, buffer = ahead
-            ahead = post(steps[k + 1]) if k + 1 < len(steps) else None
+            ahead = post(exchanges[k + 1]) if k + 1 < len(exchanges) else None
             if receive is not None:
                 receive.wait()
-            rows = transfers.block_rows(step, buffer if receive is not None else None)
-            if rows is not None and rows.shape[0] and step.block.rows.numel():
-                out.index_add_(0, step.block.rows, _matmul(step.block.operator.matrix, rows))
+            rows = transfers.block_rows(exchange, buffer if receive is not None else None)
+            if rows is not None and rows.shape[0] and exchange.block.rows.numel():
+                out.index_add_(0, exchange.block.rows, _matmul(exchange.block.operator.matrix, rows))
             del rows, buffer
             for sending in sends:
                 sending.wait()
@@ -288,27 +288,28 @@ class _SequentialAggregate(torch.autograd.Function):
         blocked, ex, transfers = ctx.blocked, ctx.ex, ctx.transfers
         grad_out = grad_out.contiguous()
         grad_x = _matmul(blocked.owned.transpose, grad_out)
-        ex.step = f"epoch {ex.epoch}: {ctx.slot} sequential backward halo exchange"
+        ex.activity = f"epoch {ex.epoch}: {ctx.slot} sequential backward halo exchange"
         tag = message_tag(ctx.slot, BACKWARD_GRADIENTS)
         transfers.begin_backward()
 
-        def post_receive(step: Step):
-            incoming = transfers.in_gradients(step, grad_out) if step.send_stop > step.send_start else None
-            _, receive = post_transfers(transfers, None, step.dest, incoming[0] if incoming else None, step.dest, tag)
+        def post_receive(exchange: BlockExchange):
+            incoming = transfers.in_gradients(exchange, grad_out) if exchange.send_stop > exchange.send_start else None
+            _, receive = post_transfers(transfers, None, exchange.dest, incoming[0] if incoming else None, exchange.dest, tag)
             return receive, incoming
 
-        steps = blocked.steps
-        ahead = post_receive(steps[0]) if steps else None
-        for k, step in enumerate(steps):
-            block = step.block
+        exchanges = blocked.exchanges
+        ahead = post_receive(exchanges[0]) if exchanges else None
+        for k, exchange in enumerate(exchanges):
+            block = exchange.block
             receive, incoming = ahead
-            ahead = post_receive(steps[k + 1]) if k + 1 < len(steps) else None
+            ahead = post_receive(exchanges[k + 1]) if k + 1 < len(exchanges) else None
             sends = []
             if block.col_stop > block.col_start:
                 # The gradient of the halo rows we received from src goes back to src; dest returns ours.
                 grad_block = _matmul(block.operator.transpose, grad_out.index_select(0, block.rows)) \
                     if block.rows.numel() else grad_out.new_zeros(block.col_stop - block.col_start, grad_out.shape[1])
-                sends, _ = post_transfers(transfers, transfers.out_gradients(step, grad_block), step.src, None, step.src, tag)
+                sends, _ = post_transfers(transfers, transfers.out_gradients(exchange, grad_block), exchange.src, None,
+                                          exchange.src, tag)
                 del grad_block
             if receive is not None:
                 receive.wait()

@@ -1,118 +1,20 @@
-"""A rank's view of the graph (`LocalGraph`) and the L-layer distributed model (`DistGNN`)."""
+"""The L-layer stack of a rank (`LayerStack`): dropout, conv, BatchNorm and ReLU per layer, over its LocalGraph."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import torch
 from torch import nn
 
-from gnn_dist.codec import make_codec
+from gnn_dist.batch_norm import DistBatchNorm
 from gnn_dist.config import ModelConfig
-from gnn_dist.dropout import keyed_dropout, stream_key
-from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.kernels.spmm import SparseOperator
-from gnn_dist.layers import DistBatchNorm
+from gnn_dist.dropout import keyed_dropout
+from gnn_dist.halo import HaloExchanger
+from gnn_dist.keyed_random import stream_key
+from gnn_dist.local_graph import LocalGraph
 from gnn_dist.models import model_class
-from gnn_dist.partition.format import PartData
-from gnn_dist.schedules import layer_slot, parse_schedule
-from gnn_dist.sequential import BlockedOperator, build_blocked_operator
+from gnn_dist.schedules import layer_slot
 
 
-def normalised_rows(part: PartData, model: str, start: int, stop: int) -> tuple[torch.Tensor, ...]:
-    """COO entries of the normalised operator's rows [start, stop): (rows - start, columns, float32 values).
-
-    Columns index [owned | halo]. Normalisation uses the global degrees of the
-    part file, so these rows equal the whole-graph operator's rows. The whole
-    part's operator and the row chunks of layer-wise evaluation both come from
-    here, so they hold the same values in the same order.
-    """
-    lo, hi = int(part.indptr[start]), int(part.indptr[stop])
-    rows = np.repeat(np.arange(stop - start, dtype=np.int64), np.diff(part.indptr[start:stop + 1]))
-    cols = np.asarray(part.indices[lo:hi], dtype=np.int64)
-    rows, cols, values = model_class(model).normalise(rows, cols, part.deg, start, stop - start)
-    return torch.from_numpy(rows), torch.from_numpy(cols), torch.from_numpy(values.astype(np.float32))
-
-
-class OperatorRows:
-    """Row chunks of an operator already built (full-batch mode): slices, no new entries."""
-
-    def __init__(self, operator: SparseOperator):
-        self.operator = operator
-
-    def rows(self, start: int, stop: int) -> SparseOperator:
-        return self.operator.row_slice(start, stop)
-
-
-class PartRows:
-    """Row chunks built from the part's CSR when asked (sampled mode keeps no whole-part operator).
-
-    Each chunk is forward-only and lives only while its rows are computed, so
-    evaluation holds at most one chunk's entries at a time.
-    """
-
-    def __init__(self, part: PartData, model: str):
-        self.part = part
-        self.model = model
-        self.n_cols = part.n_owned + part.n_halo
-
-    def rows(self, start: int, stop: int) -> SparseOperator:
-        rows, cols, values = normalised_rows(self.part, self.model, start, stop)
-        return SparseOperator.from_coo(rows, cols, values, (stop - start, self.n_cols), with_transpose=False)
-
-
-@dataclass(frozen=True)
-class LocalGraph:
-    """Owned nodes' data and the sparse operators over [owned | halo] columns.
-
-    Normalisation uses global degrees (stored in the part file), so the
-    operators equal the whole-graph ones restricted to this rank's rows.
-    `operator` (with its transpose, for training) exists only when built with
-    whole_operator=True; `rows` gives any row range's operator either way.
-    """
-
-    n_owned: int
-    n_halo: int
-    node_ids: torch.Tensor  # int64 [n_owned] original ids (dropout keys, gathering results)
-    halo_ids: torch.Tensor  # int64 [n_halo]
-    local_ids: torch.Tensor  # int64 [n_owned + n_halo]: node_ids then halo_ids
-    x: torch.Tensor         # float32 [n_owned, F]
-    y: torch.Tensor         # int64 [n_owned]
-    train_mask: torch.Tensor
-    val_mask: torch.Tensor
-    test_mask: torch.Tensor
-    operator: SparseOperator | None
-    rows: OperatorRows | PartRows | None
-    blocked: BlockedOperator | None = None
-
-    @classmethod
-    def from_part(cls, part: PartData, model: str, whole_operator: bool = True,
-                  blocked_by: tuple[np.ndarray, int] | None = None) -> LocalGraph:
-        """whole_operator: build the part's operator (full-batch, resident halos). blocked_by: (the P x P
-        send-count matrix, halo block rows) builds the column-blocked operator of sequential halos instead,
-        and no row access to the part is kept (evaluation runs the sequential forward)."""
-        n_owned, n_halo = part.n_owned, part.n_halo
-        operator, rows, blocked = None, PartRows(part, model), None
-        if blocked_by is not None:
-            send_counts, block_rows = blocked_by
-            recv_counts = np.bincount(part.halo_owner, minlength=part.meta.num_parts)
-            blocked = build_blocked_operator(*normalised_rows(part, model, 0, n_owned), n_owned, part.part_id,
-                                             send_counts, recv_counts, block_rows)
-            rows = None
-        elif whole_operator:
-            operator = SparseOperator.from_coo(*normalised_rows(part, model, 0, n_owned), (n_owned, n_owned + n_halo))
-            rows = OperatorRows(operator)
-        return cls(
-            n_owned=n_owned, n_halo=n_halo,
-            node_ids=torch.from_numpy(part.node_ids), halo_ids=torch.from_numpy(part.halo_ids),
-            local_ids=torch.from_numpy(np.concatenate([part.node_ids, part.halo_ids])),
-            x=torch.from_numpy(part.x), y=torch.from_numpy(part.y),
-            train_mask=torch.from_numpy(part.train_mask), val_mask=torch.from_numpy(part.val_mask),
-            test_mask=torch.from_numpy(part.test_mask), operator=operator, rows=rows, blocked=blocked,
-        )
-
-
-class DistGNN(nn.Module):
+class LayerStack(nn.Module):
     """dropout -> conv -> [BatchNorm] -> ReLU, L times (no activation after the last conv).
 
     Dropout precedes every conv, the input features included (Kipf and
@@ -138,7 +40,7 @@ class DistGNN(nn.Module):
             conv_type(i, o, graph.operator, exchanger, slot=layer_slot(k), blocked=graph.blocked, **options)
             for k, (i, o, options) in enumerate(layers))
         for conv in self.convs:
-            conv.column_ids = graph.local_ids
+            conv.column_ids = graph.column_ids
         self.norms = nn.ModuleList(
             DistBatchNorm(o, exchanger) for _, o, _ in layers[:-1]) if config.batch_norm else None
         # A private generator: the initial weights depend on the seed alone, not on
@@ -167,7 +69,7 @@ class DistGNN(nn.Module):
                 h = conv([keyed_dropout(x_full[:graph.n_owned].float(), graph.node_ids, key, p, self.training)],
                          halo_source=halo_source)
             elif k == 0:
-                h = conv(x_full=keyed_dropout(h.float(), graph.local_ids, key, p, self.training))
+                h = conv(x_full=keyed_dropout(h.float(), graph.column_ids, key, p, self.training))
             else:
                 if self.training and p > 0 and self.exchanger.active_schedule(conv.slot).measures_parameter_drift:
                     self._note_shaping_parameters(k)
@@ -227,7 +129,7 @@ class DistGNN(nn.Module):
                 stop = min(n, start + chunk_nodes)
                 from_owned, from_halo = self.graph.rows.rows(start, stop).split_columns(n)
                 aggregated = conv.aggregate_rows(start, stop, from_owned, from_halo, owned, halo)
-                y = conv.finish(aggregated, h[start:stop])
+                y = conv.update(aggregated, h[start:stop])
                 if k < last:
                     if self.norms is not None:
                         y = self.norms[k](y)
@@ -238,7 +140,7 @@ class DistGNN(nn.Module):
         return h
 
 
-def forward_blocks(model: DistGNN, x_src: torch.Tensor, operators: list, node_ids: torch.Tensor,
+def forward_blocks(model: LayerStack, x_src: torch.Tensor, operators: list, node_ids: torch.Tensor,
                    layer_keys: list[int]) -> torch.Tensor:
     """Sampled mini-batch forward: operators[k] is layer k's block, outermost first.
 
@@ -258,32 +160,3 @@ def forward_blocks(model: DistGNN, x_src: torch.Tensor, operators: list, node_id
         conv.pass_key = layer_keys[k]
         h = conv.forward_block(h, op, ids=node_ids[:h.shape[0]])
     return h
-
-
-def exchanged_widths(config: ModelConfig, in_dim: int, out_dim: int) -> list[int]:
-    """Width of the rows each layer puts on the wire per direction (0 for the first: cached inputs)."""
-    conv_type = model_class(config.model)
-    return [0 if k == 0 else conv_type.exchanged_width(i, o, **options)
-            for k, (i, o, options) in enumerate(config.layers(in_dim, out_dim))]
-
-
-def predicted_halo_bytes_per_epoch(total_halo_rows: int, config: ModelConfig, in_dim: int, out_dim: int,
-                                   halo_dtype: str = "fp32", schedule: str = "exact",
-                                   num_parts: int = 1, halo_memory: str = "resident") -> float:
-    """Training halo bytes per epoch (forward rows out, gradients back), summed over ranks.
-
-    Exact for exact, stale:R (averaged over R epochs), pipeline and the wire
-    format of every halo dtype; the expectation for bns:P; an upper bound for
-    adaptive schedules. Each schedule owns its figure (Schedule.predicted_bytes).
-    Attention layers with sequential halos send their forward rows again in the
-    backward (gnn_dist.sequential.attend_blocks): three transfers per row, not two.
-    """
-    codec = make_codec(halo_dtype)
-    widths = [w for w in exchanged_widths(config, in_dim, out_dim) if w]
-    transfers = 3 if halo_memory == "sequential" and model_class(config.model).attention else 2
-    schedules = parse_schedule(schedule).per_layer(len(widths))
-    return sum(layer_schedule.predicted_bytes(transfers * total_halo_rows * codec.row_bytes(w), 1, num_parts)
-               for layer_schedule, w in zip(schedules, widths))
-
-
-__all__ = ["LocalGraph", "DistGNN", "HaloPlan", "exchanged_widths", "predicted_halo_bytes_per_epoch"]

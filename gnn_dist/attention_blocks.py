@@ -11,14 +11,14 @@ from __future__ import annotations
 import torch
 
 from gnn_dist.halo import HaloExchanger
-from gnn_dist.sequential import (
+from gnn_dist.halo_blocks import (
     BACKWARD_GRADIENTS,
     FORWARD_ROWS,
     ROWS_AGAIN,
     BlockedOperator,
+    BlockExchange,
     BlockPass,
     HaloBlock,
-    Step,
     message_tag,
     post_transfers,
 )
@@ -33,24 +33,25 @@ class ExchangedBlocks:
         self.exchanger = exchanger
         self.slot = slot
 
-    def fetch(self, step: Step, source_owned: torch.Tensor, phase: str) -> torch.Tensor:
-        ex, block = self.exchanger, step.block
-        ex.step = f"epoch {ex.epoch}: {self.slot} sequential {phase} halo exchange"
+    def fetch(self, exchange: BlockExchange, source_owned: torch.Tensor, phase: str) -> torch.Tensor:
+        ex, block = self.exchanger, exchange.block
+        ex.activity = f"epoch {ex.epoch}: {self.slot} sequential {phase} halo exchange"
         transfers = BlockPass(ex, source_owned)
-        buffer = transfers.in_buffer(step)
-        sends, receive = post_transfers(transfers, transfers.out_rows(step) if step.send_stop > step.send_start else None,
-                               step.dest, buffer if block.col_stop > block.col_start else None, step.src,
-                               message_tag(self.slot, FORWARD_ROWS if phase == "forward" else ROWS_AGAIN))
+        buffer = transfers.in_buffer(exchange)
+        rows = transfers.out_rows(exchange) if exchange.send_stop > exchange.send_start else None
+        sends, receive = post_transfers(transfers, rows, exchange.dest,
+                                        buffer if block.col_stop > block.col_start else None, exchange.src,
+                                        message_tag(self.slot, FORWARD_ROWS if phase == "forward" else ROWS_AGAIN))
         for pending in sends + ([receive] if receive is not None else []):
             pending.wait()
         return buffer
 
-    def give_back(self, step: Step, grad_block: torch.Tensor, grad_owned: torch.Tensor) -> None:
+    def give_back(self, exchange: BlockExchange, grad_block: torch.Tensor, grad_owned: torch.Tensor) -> None:
         """The block's gradient goes to its owner; ours comes back from dest and joins grad_owned."""
         transfers = BlockPass(self.exchanger, None)
-        incoming = transfers.in_gradients(step, grad_block) if step.send_stop > step.send_start else None
-        sends, receive = post_transfers(transfers, grad_block if step.block.col_stop > step.block.col_start else None,
-                               step.src, incoming[0] if incoming else None, step.dest,
+        incoming = transfers.in_gradients(exchange, grad_block) if exchange.send_stop > exchange.send_start else None
+        sends, receive = post_transfers(transfers, grad_block if exchange.block.col_stop > exchange.block.col_start else None,
+                               exchange.src, incoming[0] if incoming else None, exchange.dest,
                                message_tag(self.slot, BACKWARD_GRADIENTS))
         for pending in sends + ([receive] if receive is not None else []):
             pending.wait()
@@ -66,14 +67,14 @@ class LocalBlocks:
     def __init__(self, block_source):
         self.block_source = block_source  # (halo start, halo stop) -> the block's source rows, differentiable
 
-    def fetch(self, step: Step, source_owned: torch.Tensor, phase: str) -> torch.Tensor:
+    def fetch(self, exchange: BlockExchange, source_owned: torch.Tensor, phase: str) -> torch.Tensor:
         with torch.no_grad():
-            return self.block_source(step.block.col_start, step.block.col_stop)
+            return self.block_source(exchange.block.col_start, exchange.block.col_stop)
 
-    def give_back(self, step: Step, grad_block: torch.Tensor, grad_owned: torch.Tensor) -> None:
+    def give_back(self, exchange: BlockExchange, grad_block: torch.Tensor, grad_owned: torch.Tensor) -> None:
         if grad_block.shape[0]:
             with torch.enable_grad():
-                torch.autograd.backward(self.block_source(step.block.col_start, step.block.col_stop), grad_block)
+                torch.autograd.backward(self.block_source(exchange.block.col_start, exchange.block.col_stop), grad_block)
 
 
 def attend_blocks(blocked: BlockedOperator, blocks, source_owned: torch.Tensor, dst_score: torch.Tensor,
@@ -110,9 +111,9 @@ class _SequentialAttention(torch.autograd.Function):
 
         n = source_owned.shape[0]
         out, lse = partial_forward(blocked.owned, source_owned, dst_score, heads, _block_dropout(dropout, n, None))
-        for step in blocked.steps:
-            block = step.block
-            received = blocks.fetch(step, source_owned, "forward")
+        for exchange in blocked.exchanges:
+            block = exchange.block
+            received = blocks.fetch(exchange, source_owned, "forward")
             if block.rows.numel():
                 part = partial_forward(block.operator, received, dst_score[block.rows], heads,
                                        _block_dropout(dropout, n, block))
@@ -134,14 +135,14 @@ class _SequentialAttention(torch.autograd.Function):
         delta = (grad_out.view(n, heads, -1) * out.view(n, heads, -1)).sum(-1)
         grad_owned, grad_dst = partial_backward(blocked.owned, source_owned, dst_score, lse, grad_out, delta, heads,
                                                 _block_dropout(dropout, n, None))
-        for step in blocked.steps:
-            block = step.block
-            received = blocks.fetch(step, source_owned, "backward (rows again)")
+        for exchange in blocked.exchanges:
+            block = exchange.block
+            received = blocks.fetch(exchange, source_owned, "backward (rows again)")
             rows = block.rows
             grad_block, grad_dst_rows = partial_backward(block.operator, received, dst_score[rows], lse[rows],
                                                          grad_out[rows], delta[rows], heads,
                                                          _block_dropout(dropout, n, block))
             del received
             grad_dst.index_add_(0, rows, grad_dst_rows)
-            blocks.give_back(step, grad_block, grad_owned)
+            blocks.give_back(exchange, grad_block, grad_owned)
         return grad_owned, grad_dst, grad_out.sum(0), None, None, None, None

@@ -1,0 +1,119 @@
+"""Keyed randomness: every random choice of a run as a hash of (seed, epoch, layer or step, original ids).
+
+Dropout masks, attention dropout, boundary sampling (bns) and the sampler's
+neighbour scores draw no generator state: each is a pure function of a key and
+the original ids involved, so every rank and every P draws the same, and a
+checkpoint has no random state to carry. The hashes live here, one place:
+
+    mix32 / mix32_reference   Wellons' "lowbias32" integer mixer, on int32 tensors (torch has no unsigned
+                              32-bit shift, so each shift is masked) and on Python ints (for tests and keys)
+    stream_key, sampled_stream_key   the key of one pass's layer (full-batch; one sampled step of one rank)
+    splitmix64, sample_key, edge_scores   64-bit SplitMix on numpy uint64 (the sampler's neighbour scores)
+    fingerprint_words         a per-node 64-bit word of a graph's fingerprint (checkpoints), not random at all
+                              but the same family of mixers
+
+The native kernels (kernels/native_kernels.cpp) implement mix32 bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+GOLDEN32 = 0x9E3779B9  # 2**32 / golden ratio: spreads consecutive ids over the 32-bit words
+
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+
+
+def to_int32(value: int) -> int:
+    """A Python int's low 32 bits as a signed int32 value (what an int32 tensor holds)."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= (1 << 31) else value
+
+
+def wrap_int32(values: torch.Tensor) -> torch.Tensor:
+    """int64 -> int32 keeping the low 32 bits (two's complement)."""
+    values = values & 0xFFFFFFFF
+    return torch.where(values >= (1 << 31), values - (1 << 32), values).to(torch.int32)
+
+
+def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
+    return (x >> bits) & ((1 << (32 - bits)) - 1)
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32 on int32 tensors (bit patterns as unsigned 32-bit words); int32 products wrap as it needs."""
+    x = x ^ _shr(x, 16)
+    x = x * to_int32(0x7FEB352D)
+    x = x ^ _shr(x, 15)
+    x = x * to_int32(0x846CA68B)
+    return x ^ _shr(x, 16)
+
+
+def mix32_reference(value: int) -> int:
+    """The same mixer on Python ints."""
+    value &= 0xFFFFFFFF
+    value ^= value >> 16
+    value = (value * 0x7FEB352D) & 0xFFFFFFFF
+    value ^= value >> 15
+    value = (value * 0x846CA68B) & 0xFFFFFFFF
+    return value ^ (value >> 16)
+
+
+def stream_key(seed: int, epoch: int, layer: int) -> int:
+    """The key of one full-batch pass's layer."""
+    key = mix32_reference(seed ^ 0x5BD1E995)
+    key = mix32_reference(key ^ (epoch * 0x27D4EB2F))
+    return mix32_reference(key ^ (layer * 0x165667B1))
+
+
+def sampled_stream_key(seed: int, epoch: int, step: int, rank: int, layer: int) -> int:
+    """Dropout key of one sampled step's layer: rank and step mixed in, so ranks' batches draw apart."""
+    key = mix32_reference(stream_key(seed, epoch, layer) ^ (step * 0x2C1B3C6D))
+    return mix32_reference(key ^ (rank * 0x297A2D39 + 1))
+
+
+def id_hash(ids: torch.Tensor, key: int) -> torch.Tensor:
+    """One 32-bit word per original id under `key` (int32): the row half of a keyed mask."""
+    return mix32(wrap_int32(ids.to(torch.int64) * GOLDEN32) ^ to_int32(key))
+
+
+def column_hash(num_cols: int) -> torch.Tensor:
+    """One 32-bit word per column (int32): the column half of a keyed mask."""
+    return mix32(wrap_int32(torch.arange(num_cols, dtype=torch.int64) * 0x85EBCA77 + 1))
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on uint64 arrays (callers silence numpy's overflow warnings: products wrap)."""
+    x = x + _M1
+    x = (x ^ (x >> np.uint64(30))) * _M2
+    x = (x ^ (x >> np.uint64(27))) * _M3
+    return x ^ (x >> np.uint64(31))
+
+
+def sample_key(seed: int, epoch: int, step: int, hop: int) -> np.uint64:
+    """The key of one sampling hop of one step."""
+    with np.errstate(over="ignore"):
+        key = splitmix64(np.array([seed], dtype=np.uint64))
+        for value in (epoch, step, hop):
+            key = splitmix64(key ^ np.uint64(value))
+    return key[0]
+
+
+def edge_scores(key: np.uint64, target_orig: np.ndarray, source_orig: np.ndarray) -> np.ndarray:
+    """A uniform 64-bit score per (target, candidate neighbour) pair by original ids."""
+    with np.errstate(over="ignore"):
+        return splitmix64(splitmix64(target_orig.astype(np.uint64) ^ key) ^ source_orig.astype(np.uint64))
+
+
+def fingerprint_words(node_ids: np.ndarray, labels: np.ndarray, degrees: np.ndarray) -> np.ndarray:
+    """A 64-bit word per node from its (original id, label, degree): summed over nodes, a graph's fingerprint
+    that any partition of it gives alike (gnn_dist.checkpoint.graph_identity)."""
+    with np.errstate(over="ignore"):
+        words = node_ids.astype(np.uint64) * _M1
+        words ^= labels.astype(np.uint64) * _M2 + degrees.astype(np.uint64)
+        words ^= words >> np.uint64(31)
+        words *= _M3
+        words ^= words >> np.uint64(29)
+    return words

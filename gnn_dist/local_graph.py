@@ -1,0 +1,105 @@
+"""A rank's view of the graph: its owned rows' data and the sparse operator over [owned | halo] columns."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gnn_dist.halo_blocks import BlockedOperator, build_blocked_operator
+from gnn_dist.kernels.spmm import SparseOperator
+from gnn_dist.models import model_class
+from gnn_dist.partition.format import PartData
+
+
+def normalised_rows(part: PartData, model: str, start: int, stop: int) -> tuple[torch.Tensor, ...]:
+    """COO entries of the normalised operator's rows [start, stop): (rows - start, columns, float32 values).
+
+    Columns index [owned | halo]. Normalisation uses the global degrees of the
+    part file, so these rows equal the whole-graph operator's rows. The whole
+    part's operator and the row chunks of layer-wise evaluation both come from
+    here, so they hold the same values in the same order.
+    """
+    lo, hi = int(part.indptr[start]), int(part.indptr[stop])
+    rows = np.repeat(np.arange(stop - start, dtype=np.int64), np.diff(part.indptr[start:stop + 1]))
+    cols = np.asarray(part.indices[lo:hi], dtype=np.int64)
+    rows, cols, values = model_class(model).normalise(rows, cols, part.deg, start, stop - start)
+    return torch.from_numpy(rows), torch.from_numpy(cols), torch.from_numpy(values.astype(np.float32))
+
+
+class OperatorRows:
+    """Row chunks of an operator already built (full-batch mode): slices, no new entries."""
+
+    def __init__(self, operator: SparseOperator):
+        self.operator = operator
+
+    def rows(self, start: int, stop: int) -> SparseOperator:
+        return self.operator.row_slice(start, stop)
+
+
+class PartRows:
+    """Row chunks built from the part's CSR when asked (sampled mode keeps no whole-part operator).
+
+    Each chunk is forward-only and lives only while its rows are computed, so
+    evaluation holds at most one chunk's entries at a time.
+    """
+
+    def __init__(self, part: PartData, model: str):
+        self.part = part
+        self.model = model
+        self.n_cols = part.n_owned + part.n_halo
+
+    def rows(self, start: int, stop: int) -> SparseOperator:
+        rows, cols, values = normalised_rows(self.part, self.model, start, stop)
+        return SparseOperator.from_coo(rows, cols, values, (stop - start, self.n_cols), with_transpose=False)
+
+
+@dataclass(frozen=True)
+class LocalGraph:
+    """Owned nodes' data and the sparse operators over [owned | halo] columns.
+
+    Normalisation uses global degrees (stored in the part file), so the
+    operators equal the whole-graph ones restricted to this rank's rows.
+    `operator` (with its transpose, for training) exists only when built with
+    whole_operator=True; `rows` gives any row range's operator either way.
+    """
+
+    n_owned: int
+    n_halo: int
+    node_ids: torch.Tensor  # int64 [n_owned] original ids (dropout keys, gathering results)
+    halo_ids: torch.Tensor  # int64 [n_halo]
+    column_ids: torch.Tensor  # int64 [n_owned + n_halo]: node_ids then halo_ids
+    x: torch.Tensor         # float32 [n_owned, F]
+    y: torch.Tensor         # int64 [n_owned]
+    train_mask: torch.Tensor
+    val_mask: torch.Tensor
+    test_mask: torch.Tensor
+    operator: SparseOperator | None
+    rows: OperatorRows | PartRows | None
+    blocked: BlockedOperator | None = None
+
+    @classmethod
+    def from_part(cls, part: PartData, model: str, whole_operator: bool = True,
+                  blocked_by: tuple[np.ndarray, int] | None = None) -> LocalGraph:
+        """whole_operator: build the part's operator (full-batch, resident halos). blocked_by: (the P x P
+        send-count matrix, halo block rows) builds the column-blocked operator of sequential halos instead,
+        and no row access to the part is kept (evaluation runs the sequential forward)."""
+        n_owned, n_halo = part.n_owned, part.n_halo
+        operator, rows, blocked = None, PartRows(part, model), None
+        if blocked_by is not None:
+            send_counts, block_rows = blocked_by
+            recv_counts = np.bincount(part.halo_owner, minlength=part.meta.num_parts)
+            blocked = build_blocked_operator(*normalised_rows(part, model, 0, n_owned), n_owned, part.part_id,
+                                             send_counts, recv_counts, block_rows)
+            rows = None
+        elif whole_operator:
+            operator = SparseOperator.from_coo(*normalised_rows(part, model, 0, n_owned), (n_owned, n_owned + n_halo))
+            rows = OperatorRows(operator)
+        return cls(
+            n_owned=n_owned, n_halo=n_halo,
+            node_ids=torch.from_numpy(part.node_ids), halo_ids=torch.from_numpy(part.halo_ids),
+            column_ids=torch.from_numpy(np.concatenate([part.node_ids, part.halo_ids])),
+            x=torch.from_numpy(part.x), y=torch.from_numpy(part.y),
+            train_mask=torch.from_numpy(part.train_mask), val_mask=torch.from_numpy(part.val_mask),
+            test_mask=torch.from_numpy(part.test_mask), operator=operator, rows=rows, blocked=blocked,
+        )
