@@ -25,8 +25,8 @@ from statistics import median
 
 from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_train
 from gnn_dist.config import ModelConfig
-from gnn_dist.memory_plan import PlanConfig, part_shapes, plan_part
-from gnn_dist.partition.format import load_meta
+from gnn_dist.memory_plan import PlanConfig, plan_part
+from gnn_dist.partition.format import load_meta, part_shapes
 
 GIB = 2**30
 

@@ -1,8 +1,9 @@
-"""Memory planner: peak resident memory per rank of full-batch training, predicted before the run.
+"""The memory plan: peak resident memory per rank of full-batch training, predicted before the run.
 
-`gnn-dist inspect DIR --memory` prints it per part; `train` compares it with
-the memory it can see and refuses to start when it does not fit, because an
-out-of-memory kill half way through is worse than that refusal.
+`gnn-dist inspect DIR` prints it per part; `train` compares it with the
+memory its host has (gnn_dist.host_memory) and refuses to start when it does
+not fit, because an out-of-memory kill half way through is worse than that
+refusal.
 
 The prediction walks the tensors that this implementation allocates and
 frees, in order, through set-up, one training step (forward, then backward)
@@ -19,40 +20,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from gnn_dist.config import FEATURE_DTYPES, ModelConfig
-from gnn_dist.halo_blocks import DEFAULT_HALO_BLOCK_ROWS
+from gnn_dist.config import DEFAULT_HALO_BLOCK_ROWS, FEATURE_DTYPES, ModelConfig
+from gnn_dist.host_memory import PROCESS_BYTES, readable_bytes
 from gnn_dist.models import model_class
+from gnn_dist.partition.format import PartShape
 from gnn_dist.schedules import parse_schedule
 from gnn_dist.traffic import exchanged_widths
 
 FLOAT = 4
 INDEX = 8
-# Resident memory of a rank before its graph arrives: Python, torch, numpy, mpi4py and MPI's own buffers,
-# the native kernels, and what set-up leaves behind beyond the tensors it keeps (measured with
-# mpiexec -n 1..4 on synthetic:arxiv: 320-330 MiB).
-PROCESS_BYTES = 325 << 20
 # Set-up builds the operator from COO entries: int64 rows and columns, float64 normalisation terms, the
 # sort key and order of the CSR build, and their gathered copies (bytes per operator entry, counted from
 # gnn_dist.local_graph.normalised_rows and gnn_dist.kernels.spmm._csr).
 SETUP_BYTES_PER_ENTRY = 64
-
-
-@dataclass(frozen=True)
-class PartShape:
-    """The statistics of one part that memory depends on."""
-
-    owned: int
-    halo: int
-    entries: int              # CSR entries of the part file (local + cut edges)
-    cut_entries: int          # entries whose source is a halo row
-    sent_per_peer: tuple      # rows this part sends to each peer
-    received_per_peer: tuple  # halo rows owned by each peer
-
-    @property
-    def sent(self) -> int:
-        return int(sum(self.sent_per_peer))
 
 
 @dataclass(frozen=True)
@@ -78,11 +58,6 @@ class MemoryPlan:
     def summary(self, top: int = 6) -> str:
         largest = sorted(self.parts.items(), key=lambda kv: -kv[1])[:top]
         return ", ".join(f"{name} {readable_bytes(value)}" for name, value in largest if value)
-
-
-def readable_bytes(value: float) -> str:
-    """GiB from 1 GiB up, MiB below (small parts would all read 0.00 GiB)."""
-    return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
 
 
 class _Liveness:
@@ -186,7 +161,7 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
     p = model.dropout if training else 0.0
     n = z.n
     for k, (i, o, options) in enumerate(widths):
-        aggregate_first, w = _aggregated(conv, i, o, options)
+        aggregate_first, w = conv.aggregation(i, o, **options)
         if k == 0:
             rows = n if z.sequential else n + z.h
             copies = p > 0 or z.feature_bytes != FLOAT
@@ -225,17 +200,11 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
                 live.rename("aggregated", f"saved aggregation {k}")
         else:
             live.rename("aggregated", "layer output")
-        if needs_root:
-            live.alloc("root term", 2 * n * o * FLOAT)
-        live.free("aggregated", "root term", "layer input")
+        scratch, saved = conv.update_memory(i, o, **options)
+        live.alloc("update scratch", n * scratch * FLOAT)
+        live.alloc(f"saved update {k}", n * saved * FLOAT if training else 0)
+        live.free("aggregated", "update scratch", "layer input")
     live.alloc("loss", 3 * n * widths[-1][1] * FLOAT if training else 0)
-
-
-def _aggregated(conv, i: int, o: int, options: dict) -> tuple[bool, int]:
-    """(whether the layer aggregates its input before transforming it, the width of the rows it aggregates)."""
-    if conv.attention:
-        return False, conv.exchanged_width(i, o, **options)
-    return i <= o, min(i, o)
 
 
 def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
@@ -247,14 +216,14 @@ def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
     conv = model_class(config.model.model)
     for k in reversed(range(len(widths))):
         i, o, options = widths[k]
-        aggregate_first, w = _aggregated(conv, i, o, options)
+        aggregate_first, w = conv.aggregation(i, o, **options)
         if conv.attention:
             live.alloc("attention buffers", 2 * z.entries * options.get("heads", 1) * FLOAT)
         if aggregate_first:
             if k == 0:
                 break  # the first layer aggregates constant inputs: only its weight gradient remains
             live.alloc("aggregation gradient", n * w * FLOAT)  # through the output transform
-            live.free(f"saved aggregation {k}", "output gradient")
+            live.free(f"saved aggregation {k}", "output gradient", f"saved update {k}")
         else:
             live.rename("output gradient", "aggregation gradient")
         # through the aggregation: A^T times the gradient, the halo rows' share going back to their owners
@@ -275,35 +244,6 @@ def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
             live.rename("input gradient", "output gradient")
 
 
-def part_shape(part) -> PartShape:
-    """The statistics of a loaded part (gnn_dist.partition.format.PartData)."""
-    num_parts = part.meta.num_parts
-    return PartShape(owned=part.n_owned, halo=part.n_halo, entries=int(part.indptr[-1]),
-                     cut_entries=int(np.count_nonzero(part.indices >= part.n_owned)),
-                     sent_per_peer=tuple(int(v) for v in np.diff(part.send_ptr)),
-                     received_per_peer=tuple(int(v) for v in np.bincount(part.halo_owner, minlength=num_parts)))
-
-
-def part_shapes(directory) -> list[PartShape]:
-    """Statistics of every part of a partition directory, reading only the small arrays of each file."""
-    from pathlib import Path
-
-    from gnn_dist.partition.format import load_meta, part_file_name
-
-    directory = Path(directory)
-    meta = load_meta(directory)
-    shapes = []
-    for k, info in enumerate(meta.parts):
-        with np.load(directory / part_file_name(k), allow_pickle=False) as arrays:
-            sent = np.diff(arrays["send_ptr"])
-            received = np.bincount(arrays["halo_owner"], minlength=meta.num_parts)
-        shapes.append(PartShape(owned=info.owned, halo=info.halo, entries=info.local_edges + info.cut_edges,
-                                cut_entries=info.cut_edges,
-                                sent_per_peer=tuple(int(v) for v in sent),
-                                received_per_peer=tuple(int(v) for v in received)))
-    return shapes
-
-
 def plan_config_of(train_config) -> PlanConfig:
     """The planner's view of a gnn_dist.config.TrainConfig."""
     return PlanConfig(model=train_config.model, halo_memory=train_config.halo_memory, schedule=train_config.schedule,
@@ -311,56 +251,3 @@ def plan_config_of(train_config) -> PlanConfig:
                       eval_chunk_nodes=train_config.eval_chunk_nodes)
 
 
-def available_memory_bytes() -> int | None:
-    """The host's MemAvailable (Linux), or None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-@dataclass(frozen=True)
-class RankMemory:
-    """What one rank reports before training: its host, its plan, what it holds now, what its host has free."""
-
-    host: str
-    predicted: int
-    summary: str
-    current: int
-    available: int | None
-
-
-def memory_refusal(ranks: list[RankMemory], limit: int | None) -> str | None:
-    """The one-line reason not to start, or None when every rank's plan fits.
-
-    With a limit (bytes per rank), each rank's predicted peak must stay below it.
-    Without one, the ranks of each host must fit together in what the host has
-    available now, counting only what they still have to allocate.
-    """
-    fixes = ("start more ranks on a partition with more parts, use --halo-memory sequential (and "
-             "--halo-block-rows), --feature-dtype bf16, or a smaller --hidden")
-    if limit is not None:
-        worst = max(range(len(ranks)), key=lambda r: ranks[r].predicted)
-        if ranks[worst].predicted > limit:
-            return (f"rank {worst} would need about {ranks[worst].predicted / 2**30:.2f} GiB at its peak "
-                    f"({ranks[worst].summary}), over --memory-limit {limit / 2**30:.2f} GiB: {fixes}")
-        return None
-    hosts: dict[str, list[int]] = {}
-    for r, report in enumerate(ranks):
-        hosts.setdefault(report.host, []).append(r)
-    for host, members in hosts.items():
-        available = [ranks[r].available for r in members if ranks[r].available is not None]
-        if not available:
-            continue
-        needed = sum(max(ranks[r].predicted - ranks[r].current, 0) for r in members)
-        if needed > min(available):
-            worst = max(members, key=lambda r: ranks[r].predicted)
-            return (f"the {len(members)} ranks on {host} would need about {needed / 2**30:.2f} GiB more "
-                    f"(rank {worst}: {ranks[worst].predicted / 2**30:.2f} GiB at its peak: {ranks[worst].summary}) "
-                    f"but {min(available) / 2**30:.2f} GiB is available: {fixes}; or pass --memory-limit to "
-                    f"override")
-    return None

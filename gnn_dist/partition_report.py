@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 
 from gnn_dist.config import ModelConfig
-from gnn_dist.memory_plan import PlanConfig, part_shapes, plan_part, readable_bytes
-from gnn_dist.partition.format import load_meta, verify_part_file
+from gnn_dist.host_memory import readable_bytes
+from gnn_dist.memory_plan import PlanConfig, plan_part
+from gnn_dist.partition.format import load_meta, part_shapes, verify_part_file
 from gnn_dist.traffic import exchanged_widths, predicted_halo_bytes_per_epoch
 
 FP32_BYTES = 4

@@ -6,7 +6,7 @@
   part. Outside one, --ranks R > 1 starts that job on this host with the
   system's Open MPI (gnn_dist.partition.scotch); --ranks 1 runs in this process with
   sequential Scotch and needs no MPI.
-Every path first checks the memory guard (gnn_dist.partition.memory_guard).
+Every path first checks the memory model (gnn_dist.partition.memory_model).
 """
 from __future__ import annotations
 
@@ -44,10 +44,10 @@ def _report(meta, out: str, seconds: float, peaks: list[int], objective: str = "
 
 def cmd_partition(args, argv: list[str]) -> int:
     from gnn_dist.comm import launcher_rank
-    from gnn_dist.partition.datasets import load_dataset
+    from gnn_dist.partition.datasets import dataset_sizes, load_dataset
     from gnn_dist.partition.format import PartitionFormatError
     from gnn_dist.partition.graph import DatasetError
-    from gnn_dist.partition.memory_guard import input_shape, refusal
+    from gnn_dist.partition.memory_model import refusal
     from gnn_dist.partition.metis import PartitionError, check_num_parts
     from gnn_dist.partition.partitioner import partition_graph
 
@@ -57,11 +57,16 @@ def cmd_partition(args, argv: list[str]) -> int:
     if args.method != "ptscotch":
         if args.ranks is not None and args.ranks != 1:
             return _fail("partition", f"--ranks is for --method ptscotch ({args.method} runs in one process)")
-        reason = refusal(input_shape(args.dataset, args.root), args.method, 1, 1, args.memory_limit)
+        sizes = dataset_sizes(args.dataset, args.root)
+        reason = refusal(sizes, args.method, 1, 1, args.memory_limit)
         if reason:
             return _fail("partition", reason)
         try:
             graph = load_dataset(args.dataset, args.root, seed=args.seed, download=args.download)
+            # a source that cannot tell its sizes before loading is checked before METIS, the larger part
+            reason = refusal(graph.sizes(), args.method, 1, 1, args.memory_limit) if sizes is None else None
+            if reason:
+                return _fail("partition", reason)
             if args.normalize_features:
                 graph = graph.with_normalized_features()
             meta = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
@@ -101,7 +106,7 @@ def cmd_partition(args, argv: list[str]) -> int:
         return _fail("partition", f"{args.dataset} would be loaded whole by every rank: write it chunked first "
                                   f"(gnn-dist convert --dataset {args.dataset} --out DIR) and pass --dataset "
                                   f"chunked:DIR", comm.rank)
-    reason = refusal(input_shape(args.dataset, args.root), "ptscotch", comm.size, _ranks_on_host(comm.size),
+    reason = refusal(dataset_sizes(args.dataset, args.root), "ptscotch", comm.size, _ranks_on_host(comm.size),
                      args.memory_limit)
     if reason:
         return _fail("partition", reason, comm.rank)
@@ -131,13 +136,14 @@ def cmd_partition(args, argv: list[str]) -> int:
 
 def _launch(args, argv: list[str]) -> int:
     """Rerun this command on args.ranks ranks of this host under the system's Open MPI."""
-    from gnn_dist.partition.memory_guard import input_shape, refusal
+    from gnn_dist.partition.datasets import dataset_sizes
+    from gnn_dist.partition.memory_model import refusal
     from gnn_dist.partition.scotch import launch_command, missing_for_ranks, rank_environment, scotch_int_bits
 
     problem = missing_for_ranks()
     if problem:
         return _fail("partition", problem)
-    shape = input_shape(args.dataset, args.root)
+    shape = dataset_sizes(args.dataset, args.root)
     reason = refusal(shape, "ptscotch", args.ranks, args.ranks, args.memory_limit)
     if reason:
         return _fail("partition", reason)

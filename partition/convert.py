@@ -15,9 +15,8 @@ import numpy as np
 
 from gnn_dist.partition.chunked import DEFAULT_EDGES_PER_CHUNK, DEFAULT_NODES_PER_CHUNK, ChunkedMeta, ChunkedWriter, write_graph
 from gnn_dist.partition.datasets import (
-    OGB_NAMES,
     _import_ogb_quietly,
-    _need_root,
+    dataset_kind,
     load_dataset,
     ogb_expected_files,
     ogb_meta,
@@ -32,19 +31,20 @@ CSV_ROWS = 4_000_000  # rows of a csv.gz read at a time
 def convert(spec: str, out: str | os.PathLike, *, root: str | os.PathLike | None = None, seed: int = 0,
             overwrite: bool = False, edges_per_chunk: int = DEFAULT_EDGES_PER_CHUNK,
             nodes_per_chunk: int = DEFAULT_NODES_PER_CHUNK) -> ChunkedMeta:
-    kind, _, arg = spec.partition(":")
-    if kind == "chunked":
-        raise DatasetError(f"{spec} is already chunked: pass it to gnn-dist partition as it is")
-    if kind == "synthetic" and arg:
-        return _convert_synthetic(arg, seed, out, overwrite, edges_per_chunk)
-    if spec in OGB_NAMES and ogb_meta(spec)["binary"] != "True":
-        return _convert_ogb_csv(spec, _need_root(spec, root), out, overwrite, edges_per_chunk, nodes_per_chunk)
+    """Write `spec` as a chunked directory: streamed where its dataset kind can (DatasetKind.convert), else
+    loaded whole once and written in chunks."""
+    entry, arg = dataset_kind(spec)
+    if entry.convert is not None:
+        return entry.convert(arg, root, out, seed=seed, overwrite=overwrite, edges_per_chunk=edges_per_chunk,
+                             nodes_per_chunk=nodes_per_chunk)
     graph = load_dataset(spec, root, seed=seed)
     return write_graph(graph, out, overwrite=overwrite, nodes_per_chunk=nodes_per_chunk,
                        edges_per_chunk=edges_per_chunk)
 
 
-def _convert_synthetic(name: str, seed: int, out, overwrite: bool, edges_per_chunk: int) -> ChunkedMeta:
+def convert_synthetic(name: str, out, *, seed: int, overwrite: bool, edges_per_chunk: int,
+                      nodes_per_chunk: int) -> ChunkedMeta:
+    """A synthetic preset drawn and written chunk by chunk: the peak is a few node-sized arrays and one edge chunk."""
     draw = SyntheticDraw(name, seed)
     spec = draw.spec
     with ChunkedWriter(out, name=f"synthetic:{name}", num_nodes=spec.num_nodes, num_features=spec.num_features,
@@ -58,8 +58,14 @@ def _convert_synthetic(name: str, seed: int, out, overwrite: bool, edges_per_chu
         return writer.finish()
 
 
-def _convert_ogb_csv(name: str, root: Path, out, overwrite: bool, edges_per_chunk: int,
-                     nodes_per_chunk: int) -> ChunkedMeta:
+def convert_ogb(name: str, root: Path, out, *, seed: int, overwrite: bool, edges_per_chunk: int,
+                nodes_per_chunk: int) -> ChunkedMeta:
+    """OGB's csv.gz datasets (arxiv, products) read with pandas in chunks; its binary ones (papers100M) loaded
+    whole once, then written in chunks."""
+    if ogb_meta(name)["binary"] == "True":
+        graph = load_dataset(name, root, seed=seed)
+        return write_graph(graph, out, overwrite=overwrite, nodes_per_chunk=nodes_per_chunk,
+                           edges_per_chunk=edges_per_chunk)
     import pandas as pd
 
     _import_ogb_quietly()

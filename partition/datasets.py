@@ -15,42 +15,80 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from gnn_dist.partition.graph import DatasetError, Graph, random_split, symmetrize
+from gnn_dist.partition.graph import DatasetError, Graph, GraphSizes, random_split, symmetrize
 from gnn_dist.partition.synthetic import make_synthetic
 
 PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
 OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
 NPZ_SPLIT = (0.6, 0.2, 0.2)
-# --dataset KIND[:ARG] -> (loader(arg, root, seed=, download=) -> Graph, whether ARG is required, the form shown)
-_LOADERS: dict[str, tuple[Callable, bool, str]] = {}
 
 
-def register_dataset(kind: str, form: str, takes_arg: bool = True):
+@dataclass(frozen=True)
+class DatasetKind:
+    """What --dataset KIND[:ARG] names: how to load it, and what its source can tell without loading it all.
+
+    load(arg, root, *, seed, download) -> Graph
+    sizes(arg, root) -> GraphSizes | None     the sizes without loading (the partitioner's memory check runs
+                                              before the load); without it, the check runs after the load
+    convert(arg, root, out, *, seed, overwrite, edges_per_chunk, nodes_per_chunk) -> ChunkedMeta
+                                              `gnn-dist convert` streaming the source in chunks; without it,
+                                              convert loads the graph whole and writes it in chunks
+    """
+
+    load: Callable
+    takes_arg: bool
+    form: str
+    sizes: Callable | None = None
+    convert: Callable | None = None
+
+
+_KINDS: dict[str, DatasetKind] = {}
+
+
+def register_dataset(kind: str, form: str, takes_arg: bool = True, sizes: Callable | None = None,
+                     convert: Callable | None = None):
     """Decorator: `loader(arg, root, *, seed, download) -> Graph` serves --dataset KIND:ARG (or plain KIND when
-    takes_arg is False). `form` is how error messages list it. docs/extending.md has the recipe."""
+    takes_arg is False). `form` is how error messages list it; `sizes` and `convert` as DatasetKind says.
+    docs/extending.md has the recipe."""
     def register(loader: Callable) -> Callable:
-        _LOADERS[kind] = (loader, takes_arg, form)
+        _KINDS[kind] = DatasetKind(loader, takes_arg, form, sizes, convert)
         return loader
     return register
 
 
 def dataset_forms() -> str:
-    return ", ".join(form for _, _, form in _LOADERS.values())
+    return ", ".join(entry.form for entry in _KINDS.values())
+
+
+def dataset_kind(spec: str) -> tuple[DatasetKind, str | None]:
+    """The registered kind of `spec` and its argument; a DatasetError listing the valid forms otherwise."""
+    kind, colon, arg = spec.partition(":")
+    entry = _KINDS.get(kind)
+    if entry is not None and (bool(arg) if entry.takes_arg else not colon):
+        return entry, (arg if colon else None)
+    raise DatasetError(f"unknown dataset {spec!r}: use one of {dataset_forms()}")
 
 
 def load_dataset(spec: str, root: str | os.PathLike | None = None, *, seed: int = 0,
                  download: bool = False) -> Graph:
     """Load the graph named by `spec`; every failure is a DatasetError naming the fix."""
-    kind, colon, arg = spec.partition(":")
-    if kind in _LOADERS:
-        loader, takes_arg, _ = _LOADERS[kind]
-        if (bool(arg) if takes_arg else not colon):
-            return loader(arg if colon else None, root, seed=seed, download=download)
-    raise DatasetError(f"unknown dataset {spec!r}: use one of {dataset_forms()}")
+    entry, arg = dataset_kind(spec)
+    return entry.load(arg, root, seed=seed, download=download)
+
+
+def dataset_sizes(spec: str, root: str | os.PathLike | None = None) -> GraphSizes | None:
+    """The sizes of `spec` without loading it, or None where only loading would tell (or the source is
+    unreadable: its loader then reports that, with its own fix)."""
+    try:
+        entry, arg = dataset_kind(spec)
+        return entry.sizes(arg, root) if entry.sizes is not None else None
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
 
 
 def _need_root(spec: str, root) -> Path:
@@ -290,18 +328,62 @@ def _graph_from_npz(path: Path, name: str, *, seed: int, split_required: bool) -
     return graph
 
 
+def _synthetic_sizes(arg, root) -> GraphSizes | None:
+    from gnn_dist.partition.synthetic import PRESETS
+
+    preset = PRESETS.get(arg)
+    return GraphSizes(preset.num_nodes, preset.num_features, preset.num_directed_edges) if preset else None
+
+
+def _npz_sizes(arg, root) -> GraphSizes:
+    import zipfile
+
+    shapes = {}
+    with zipfile.ZipFile(arg) as archive:
+        for name in ("x", "edge_index"):
+            with archive.open(f"{name}.npy") as handle:
+                version = np.lib.format.read_magic(handle)
+                shapes[name] = np.lib.format._read_array_header(handle, version)[0]
+    return GraphSizes(int(shapes["x"][0]), int(shapes["x"][1]), int(shapes["edge_index"][1]))
+
+
+def _chunked_sizes(arg, root) -> GraphSizes:
+    from gnn_dist.partition.chunked import read_meta
+
+    meta = read_meta(arg)
+    return GraphSizes(meta.num_nodes, meta.num_features, meta.num_input_edges)
+
+
+def _convert_synthetic(arg, root, out, **options):
+    from gnn_dist.partition.convert import convert_synthetic
+
+    return convert_synthetic(arg, out, **options)
+
+
+def _convert_ogb(name: str):
+    def convert(arg, root, out, **options):
+        from gnn_dist.partition.convert import convert_ogb
+
+        return convert_ogb(name, _need_root(name, root), out, **options)
+    return convert
+
+
+def _already_chunked(arg, root, out, **options):
+    raise DatasetError(f"chunked:{arg} is already chunked: pass it to gnn-dist partition as it is")
+
+
 # The built-in datasets, in the order error messages list them.
-register_dataset("synthetic", "synthetic:tiny|small|arxiv|medium|large|products")(
-    lambda arg, root, *, seed, download: make_synthetic(arg, seed))
+register_dataset("synthetic", "synthetic:tiny|small|weak|arxiv|medium|large|products", sizes=_synthetic_sizes,
+                 convert=_convert_synthetic)(lambda arg, root, *, seed, download: make_synthetic(arg, seed))
 register_dataset("planetoid", "planetoid:Cora|CiteSeer|PubMed")(
     lambda arg, root, *, seed, download: load_planetoid(arg, _need_root(f"planetoid:{arg}", root)))
 for _name in OGB_NAMES:
-    register_dataset(_name, _name, takes_arg=False)(
+    register_dataset(_name, _name, takes_arg=False, convert=_convert_ogb(_name))(
         lambda arg, root, *, seed, download, _name=_name: load_ogb(_name, _need_root(_name, root), download=download))
-register_dataset("npz", "npz:PATH")(lambda arg, root, *, seed, download: load_npz(arg, seed=seed))
+register_dataset("npz", "npz:PATH", sizes=_npz_sizes)(lambda arg, root, *, seed, download: load_npz(arg, seed=seed))
 
 
-@register_dataset("chunked", "chunked:DIR")
+@register_dataset("chunked", "chunked:DIR", sizes=_chunked_sizes, convert=_already_chunked)
 def _load_chunked(arg, root, *, seed, download) -> Graph:
     from gnn_dist.partition.chunked import load_chunked  # chunked imports this module
 

@@ -273,3 +273,44 @@ def load_node_map(directory: str | os.PathLike) -> np.ndarray:
         return np.load(path, allow_pickle=False)
     except (ValueError, OSError) as err:
         raise PartitionFormatError(f"{path}: unreadable ({err}): re-run gnn-dist partition") from err
+
+
+@dataclass(frozen=True)
+class PartShape:
+    """The statistics of one part that its memory depends on (gnn_dist.memory_plan)."""
+
+    owned: int
+    halo: int
+    entries: int              # CSR entries of the part file (local + cut edges)
+    cut_entries: int          # entries whose source is a halo row
+    sent_per_peer: tuple      # rows this part sends to each peer
+    received_per_peer: tuple  # halo rows owned by each peer
+
+    @property
+    def sent(self) -> int:
+        return int(sum(self.sent_per_peer))
+
+
+def part_shape(part) -> PartShape:
+    """The statistics of a loaded part (gnn_dist.partition.format.PartData)."""
+    num_parts = part.meta.num_parts
+    return PartShape(owned=part.n_owned, halo=part.n_halo, entries=int(part.indptr[-1]),
+                     cut_entries=int(np.count_nonzero(part.indices >= part.n_owned)),
+                     sent_per_peer=tuple(int(v) for v in np.diff(part.send_ptr)),
+                     received_per_peer=tuple(int(v) for v in np.bincount(part.halo_owner, minlength=num_parts)))
+
+
+def part_shapes(directory) -> list[PartShape]:
+    """Statistics of every part of a partition directory, reading only the small arrays of each file."""
+    directory = Path(directory)
+    meta = load_meta(directory)
+    shapes = []
+    for k, info in enumerate(meta.parts):
+        with np.load(directory / part_file_name(k), allow_pickle=False) as arrays:
+            sent = np.diff(arrays["send_ptr"])
+            received = np.bincount(arrays["halo_owner"], minlength=meta.num_parts)
+        shapes.append(PartShape(owned=info.owned, halo=info.halo, entries=info.local_edges + info.cut_edges,
+                                cut_entries=info.cut_edges,
+                                sent_per_peer=tuple(int(v) for v in sent),
+                                received_per_peer=tuple(int(v) for v in received)))
+    return shapes

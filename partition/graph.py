@@ -18,6 +18,15 @@ class DatasetError(ValueError):
 
 
 @dataclass(frozen=True)
+class GraphSizes:
+    """A graph's sizes, known before it is loaded where its source allows (the partitioner's memory model)."""
+
+    num_nodes: int
+    num_features: int
+    input_edges: int  # as stored, one direction each
+
+
+@dataclass(frozen=True)
 class Graph:
     """A node-classification graph.
 
@@ -45,6 +54,9 @@ class Graph:
         x = self.x - self.x.min() if self.x.size else self.x
         x = x / np.maximum(x.sum(axis=1, keepdims=True), 1.0)
         return dataclasses.replace(self, name=f"{self.name}+normalized-features", x=x.astype(np.float32, copy=False))
+
+    def sizes(self) -> GraphSizes:
+        return GraphSizes(self.num_nodes, int(self.x.shape[1]), self.num_edges)
 
     @property
     def num_edges(self) -> int:

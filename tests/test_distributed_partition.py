@@ -206,9 +206,10 @@ def test_memory_guard_refuses_before_loading(tmp_path, small_chunked, method):
 
 
 def test_guard_grows_with_the_graph_and_shrinks_with_ranks():
-    from gnn_dist.partition.memory_guard import InputShape, predicted_peak
+    from gnn_dist.partition.graph import GraphSizes
+    from gnn_dist.partition.memory_model import predicted_peak
 
-    small, big = InputShape(10**6, 100, 10**7), InputShape(10**6, 100, 10**8)
+    small, big = GraphSizes(10**6, 100, 10**7), GraphSizes(10**6, 100, 10**8)
     assert predicted_peak(big, "metis") > predicted_peak(small, "metis")
     assert predicted_peak(big, "ptscotch", 4) < predicted_peak(big, "ptscotch", 2) < predicted_peak(big, "ptscotch", 1)
 

@@ -6,8 +6,9 @@ import json
 import pytest
 
 from gnn_dist.config import ModelConfig
-from gnn_dist.memory_plan import PROCESS_BYTES, PlanConfig, RankMemory, memory_refusal, part_shapes, plan_part, plan_phases
-from gnn_dist.partition.format import load_meta, load_part
+from gnn_dist.host_memory import PROCESS_BYTES, RankMemory, memory_refusal
+from gnn_dist.memory_plan import PlanConfig, plan_part, plan_phases
+from gnn_dist.partition.format import load_meta, load_part, part_shapes
 from tests.conftest import run_cli, run_mpi
 
 GIB = 2**30

@@ -24,13 +24,14 @@ from gnn_dist.config import FEATURE_DTYPES, TrainConfig
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
+from gnn_dist.host_memory import RankMemory, available_memory_bytes, memory_refusal
 from gnn_dist.kernels.native import native_module
 from gnn_dist.layer_stack import LayerStack
 from gnn_dist.local_graph import LocalGraph
 from gnn_dist.log import rank_logger
-from gnn_dist.memory_plan import RankMemory, available_memory_bytes, memory_refusal, part_shape, plan_config_of, plan_part
+from gnn_dist.memory_plan import plan_config_of, plan_part
 from gnn_dist.metrics import MetricsWriter
-from gnn_dist.partition.format import load_meta, load_part
+from gnn_dist.partition.format import load_meta, load_part, part_shape
 from gnn_dist.rss import current_rss_bytes
 from gnn_dist.schedules import parse_schedule
 from gnn_dist.simulated_link import LinkModel, ModelledLinkComm
