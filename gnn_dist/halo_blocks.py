@@ -45,11 +45,6 @@ from gnn_dist.comm import Pending
 from gnn_dist.halo import HaloExchanger
 from gnn_dist.kernels.spmm import SparseOperator, _matmul, spmm
 
-HALO_MEMORY_MODES = ("resident", "sequential")
-# Rows per block by default: 16 MiB per block at width 256, where one peer's whole block can be most of the
-# halo (P=2). Each extra sub-round costs one more collective per layer and direction.
-DEFAULT_HALO_BLOCK_ROWS = 16384
-
 
 @dataclass(frozen=True)
 class HaloBlock:

@@ -249,62 +249,31 @@ def test_native_relabel_matches_numpy(monkeypatch):
         assert np.array_equal(new, want_new) and np.array_equal(src, want_src)
 
 
-def pyg_block_logits(model: str, params: dict, x_src: torch.Tensor, blocks, labels: torch.Tensor):
-    """PyG's layers on the same sampled blocks (outermost first): logits and parameter gradients of the summed loss.
-
-    SAGE: SAGEConv on the bipartite block (mean over the sampled neighbours, plus the root weight).
-    GCN in sampled mode averages over the sampled neighbours and the node itself, then transforms:
-    SimpleConv(mean) over the block's edges plus a self loop per target (targets are a prefix of the
-    sources, so target i is source i), followed by a Linear with our weight and bias.
-    """
+def pyg_block_logits(model: str, params: dict, x_src: torch.Tensor, blocks, labels: torch.Tensor, widths):
+    """The model's PyG computation on the same sampled blocks (outermost first), as its file names it
+    (DistConv.pyg_block_conv): logits and the parameter gradients of the summed loss."""
     import torch.nn.functional as F
-    from torch_geometric.nn import GATConv, SAGEConv, SimpleConv
 
-    num_layers = len(blocks)
+    from gnn_dist.models import model_class
+
+    conv_class = model_class(model)
     layers = []
-    for k in range(num_layers):
-        if model == "gat":  # GATConv on the block's edges; its self loops are the targets' (a prefix of sources)
-            heads = params[f"convs.{k}.att_src"].shape[1]
-            weight = params[f"convs.{k}.lin.weight"]
-            conv = GATConv(weight.shape[1], weight.shape[0] // heads, heads=heads).double()
-            with torch.no_grad():
-                for name in ("lin.weight", "att_src", "att_dst", "bias"):
-                    conv.get_parameter(name).copy_(params[f"convs.{k}.{name}"])
-            layers.append(conv)
-        elif model == "sage":
-            weight_l = params[f"convs.{k}.lin_l.weight"]
-            conv = SAGEConv(weight_l.shape[1], weight_l.shape[0]).double()
-            with torch.no_grad():
-                conv.lin_l.weight.copy_(weight_l)
-                conv.lin_l.bias.copy_(params[f"convs.{k}.lin_l.bias"])
-                conv.lin_r.weight.copy_(params[f"convs.{k}.lin_r.weight"])
-            layers.append(conv)
-        else:
-            weight = params[f"convs.{k}.weight"]
-            linear = torch.nn.Linear(weight.shape[1], weight.shape[0]).double()
-            with torch.no_grad():
-                linear.weight.copy_(weight)
-                linear.bias.copy_(params[f"convs.{k}.bias"])
-            layers.append((SimpleConv(aggr="mean"), linear))
+    for k, (i, o, options) in enumerate(widths):
+        module = conv_class.pyg_block_conv(i, o, **options).double()
+        with torch.no_grad():
+            for ours, theirs in conv_class.pyg_parameter_names().items():
+                module.reference.get_parameter(theirs).copy_(params[f"convs.{k}.{ours}"])
+        layers.append(module)
     h = x_src.double()
     for k, block in enumerate(reversed(blocks)):  # blocks come hop 1 first; layer 0 reads the outermost
         if k > 0:
             h = torch.relu(h)
-        edge_index = torch.stack([block.src, block.dst])
-        if model == "gcn":
-            loops = torch.arange(block.n_dst)
-            edge_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
-        pair = (h, h[:block.n_dst])
-        if model == "gat":
-            h = layers[k](h, edge_index)[:block.n_dst]
-        else:
-            h = layers[k](pair, edge_index) if model == "sage" else layers[k][1](layers[k][0](pair, edge_index))
+        h = layers[k](h, block.n_dst, torch.stack([block.src, block.dst]))
     F.cross_entropy(h, labels, reduction="sum").backward()
-    modules = layers if model in ("sage", "gat") else [linear for _, linear in layers]
     grads = {}
-    for k, module in enumerate(modules):
-        for name, p in module.named_parameters():
-            grads[f"convs.{k}.{name}"] = p.grad
+    for k, module in enumerate(layers):
+        for ours, theirs in conv_class.pyg_parameter_names().items():
+            grads[f"convs.{k}.{ours}"] = module.reference.get_parameter(theirs).grad
     return h.detach(), grads
 
 
@@ -344,7 +313,8 @@ def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model):
         original = node_map[nodes]  # the features and labels come from the dataset, not from our store
         x_ref = torch.from_numpy(graph.x[original])
         labels = torch.from_numpy(graph.y[original[:blocks[0].n_dst]])
-        ref_logits, ref_grads = pyg_block_logits(model, params, x_ref, blocks, labels)
+        ref_logits, ref_grads = pyg_block_logits(model, params, x_ref, blocks, labels,
+                                                 config.model.layers(graph.num_features, graph.num_classes))
         assert (logits - ref_logits).abs().max() <= 1e-5
         assert set(ref_grads) == set(grads)
         for name, grad in grads.items():

@@ -65,6 +65,8 @@ class DistConv(nn.Module):
         normalise(rows, cols, deg, start, n_rows)   the full-graph operator's entries of a row range
         block_operator(block)         a sampled block's operator
         pyg_conv(in_dim, out_dim), pyg_parameter_names()   the PyG layer the tests compare it with
+        pyg_block_conv(in_dim, out_dim)   optional: what its forward_block equals in PyG on a sampled block
+                                          (default: pyg_conv on the bipartite pair of the block's rows)
 
     Shapes:
         x: [n_owned, in_dim], or x_full: [n_owned + n_halo, in_dim] (halo known) -> [n_owned, out_dim]
@@ -91,8 +93,9 @@ class DistConv(nn.Module):
         self.exchanger = exchanger
         self.slot = slot
         self.blocked = blocked
-        # A (X W) = (A X) W: aggregate the narrower of the input and the output (it is also what travels).
-        self.aggregate_first = in_dim <= out_dim
+        # A (X W) = (A X) W: aggregate the narrower of the input and the output (it is also what travels), unless
+        # the model says otherwise (aggregation()).
+        self.aggregate_first = type(self).aggregation(in_dim, out_dim)[0]
 
     @classmethod
     def layer_options(cls, config, layer: int, num_layers: int) -> dict:
@@ -102,11 +105,32 @@ class DistConv(nn.Module):
     @classmethod
     def exchanged_width(cls, in_dim: int, out_dim: int, **layer_options) -> int:
         """Width of the rows this layer puts on the wire (when its inputs are not the cached features)."""
-        return min(in_dim, out_dim)
+        return cls.aggregation(in_dim, out_dim, **layer_options)[1]
+
+    @classmethod
+    def aggregation(cls, in_dim: int, out_dim: int, **layer_options) -> tuple[bool, int]:
+        """(whether the layer aggregates its input before transforming it, the width of the rows it aggregates):
+        the narrower side, A (X W) = (A X) W. The memory plan and the byte prediction ask this."""
+        return in_dim <= out_dim, min(in_dim, out_dim)
+
+    @classmethod
+    def update_memory(cls, in_dim: int, out_dim: int, **layer_options) -> tuple[int, int]:
+        """(columns per row that `update` allocates while it runs beyond its output, columns per row it keeps
+        for the backward beyond its input): what the memory plan charges the update with. A linear update
+        keeps nothing of its own."""
+        return 0, 0
 
     @classmethod
     def parameter_count(cls, in_dim: int, out_dim: int, **layer_options) -> int:
         return sum(p.numel() for p in cls(in_dim, out_dim, None, None, "count", **layer_options).parameters())
+
+    @classmethod
+    def pyg_block_conv(cls, in_dim: int, out_dim: int, **layer_options) -> nn.Module:
+        """The PyG computation forward_block equals on a sampled block (tests compare them): a module called as
+        module(h_src, n_dst, edge_index) -> [n_dst, out_dim] whose `reference` holds the parameters named as
+        pyg_parameter_names() says. By default pyg_conv applied to the pair (h_src, h_src[:n_dst])."""
+        return PygOnBlock(cls.pyg_conv(in_dim, out_dim, **layer_options), lambda conv, h, n_dst, edges:
+                          conv((h, h[:n_dst]), edges))
 
     def combine(self, op: SparseOperator, source: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
         """Output rows of op's rows from the rows `source` it aggregates (and `root`, those rows' own input)."""
@@ -129,6 +153,18 @@ class DistConv(nn.Module):
         if halo.shape[0]:
             aggregated += spmm(from_halo, halo)
         return aggregated
+
+
+class PygOnBlock(nn.Module):
+    """A PyG layer called on a sampled block's rows the way one model's forward_block reads them."""
+
+    def __init__(self, reference: nn.Module, call):
+        super().__init__()
+        self.reference = reference
+        self.call = call
+
+    def forward(self, h_src: torch.Tensor, n_dst: int, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.call(self.reference, h_src, n_dst, edge_index)
 
 
 def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> torch.Tensor:

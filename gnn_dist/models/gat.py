@@ -25,7 +25,7 @@ from gnn_dist.attention_blocks import ExchangedBlocks, LocalBlocks, attend_block
 from gnn_dist.kernels.attention import EdgeDropout, attention, merge
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.keyed_random import mix32_reference
-from gnn_dist.models.base import DistConv, glorot_, with_self_loops
+from gnn_dist.models.base import DistConv, PygOnBlock, glorot_, with_self_loops
 from gnn_dist.models.registry import register_model
 
 _ATTENTION_SALT = 0x68E31DA4  # attention masks draw apart from the same layer's feature dropout
@@ -47,7 +47,6 @@ class DistGATConv(DistConv):
         self.heads = heads
         self.head_width = out_dim // heads
         self.attn_dropout = attn_dropout
-        self.aggregate_first = False  # attention needs the transformed rows: transform, then aggregate
         self.lin = nn.Linear(in_dim, out_dim, bias=False)
         self.att_src = nn.Parameter(torch.empty(1, heads, self.head_width))
         self.att_dst = nn.Parameter(torch.empty(1, heads, self.head_width))
@@ -61,8 +60,8 @@ class DistGATConv(DistConv):
         return {"heads": 1 if last else config.heads, "attn_dropout": p}
 
     @classmethod
-    def exchanged_width(cls, in_dim: int, out_dim: int, heads: int = 1, **_) -> int:
-        return out_dim + heads  # [x W | a_src]
+    def aggregation(cls, in_dim: int, out_dim: int, heads: int = 1, **_) -> tuple[bool, int]:
+        return False, out_dim + heads  # it transforms first: the rows it aggregates are [x W | a_src]
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         # PyG's GATConv: glorot on the weight and on each attention vector ([heads, C]), zero bias.
@@ -76,9 +75,9 @@ class DistGATConv(DistConv):
     def _scores(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         """Per head <x_h, att_h> of transformed rows, as PyG computes them.
 
-        Folding att into the weight instead (x (W^T att), one product) saved a fifth of the epoch but lost
-        three decimal digits of the first layer's gradients in float32 against PyG's float64 GATConv, and an
-        einsum was slower than this product and sum on CPU.
+        Folding att into the weight instead (x (W^T att), one product) was faster but lost precision of the
+        first layer's gradients in float32 against PyG's float64 GATConv, and an einsum was slower than this
+        product and sum on CPU (measured: benchmarks/results/gat-synthetic-arxiv.md).
         Shapes: x [n, heads * C] (rows may be a column slice) -> [n, heads]
         """
         return _head_scores(x, att.view(1, self.heads, self.head_width))
@@ -169,6 +168,12 @@ class DistGATConv(DistConv):
     def pyg_parameter_names() -> dict[str, str]:
         return {name: name for name in ("lin.weight", "att_src", "att_dst", "bias")}
 
+    @classmethod
+    def pyg_block_conv(cls, in_dim: int, out_dim: int, heads: int = 1, attn_dropout: float = 0.0) -> nn.Module:
+        # GATConv on the block's edges: its self loops are the targets', the first sources
+        return PygOnBlock(cls.pyg_conv(in_dim, out_dim, heads, attn_dropout),
+                          lambda conv, h, n_dst, edges: conv(h, edges)[:n_dst])
+
 
 def _head_scores(x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
     """Per head <x_h, att_h>. Shapes: x [n, heads * C] (rows may be a column slice), att [1, heads, C] -> [n, heads]"""
@@ -180,9 +185,9 @@ class _SourceRows(torch.autograd.Function):
     for the backward only the layer's input h, which the layer keeps anyway, and recomputing x W = h W^T there.
 
     Left to autograd, the product would save x W ([n, heads * C]) and the rows would be saved again as they
-    travel (the attention saves its own [owned | halo] copy): 17% of GAT's peak memory at P=1 and 9% at P=2 on
-    synthetic:arxiv (4 heads x 64), which the memory plan did not foresee. The recomputation costs one matmul of
-    the layer's forward per epoch.
+    travel (the attention saves its own [owned | halo] copy), a share of GAT's peak memory the memory plan did
+    not foresee (measured: benchmarks/results/gat-memory-plan.md). The recomputation costs one matmul of the
+    layer's forward per epoch.
 
     Shapes: h [n, in_dim], weight [heads * C, in_dim], att [1, heads, C] -> [n, heads * C + heads]
     """

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from gnn_dist.kernels.spmm import SparseOperator
-from gnn_dist.models.base import DistConv, glorot_, with_self_loops
+from gnn_dist.models.base import DistConv, PygOnBlock, glorot_, with_self_loops
 from gnn_dist.models.registry import register_model
 
 
@@ -61,3 +61,19 @@ class DistGCNConv(DistConv):
     @staticmethod
     def pyg_parameter_names() -> dict[str, str]:
         return {"weight": "lin.weight", "bias": "bias"}
+
+    @classmethod
+    def pyg_block_conv(cls, in_dim: int, out_dim: int) -> nn.Module:
+        # On a sampled block GCN averages over the sampled neighbours and the node itself, then transforms:
+        # PyG's SimpleConv(mean) over the block's edges plus a self loop per target (targets are the first
+        # sources), then GCNConv's own linear map and bias (its parameters named as in pyg_conv).
+        from torch_geometric.nn import SimpleConv
+
+        mean = SimpleConv(aggr="mean")
+
+        def call(conv, h, n_dst, edges):
+            loops = torch.arange(n_dst)
+            edges = torch.cat([edges, torch.stack([loops, loops])], dim=1)
+            return conv.lin(mean((h, h[:n_dst]), edges)) + conv.bias
+
+        return PygOnBlock(cls.pyg_conv(in_dim, out_dim), call)

@@ -35,6 +35,10 @@ class DistSAGEConv(DistConv):
     def update(self, aggregated: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
         return (self.lin_l(aggregated) if self.aggregate_first else aggregated) + self.lin_r(root)
 
+    @classmethod
+    def update_memory(cls, in_dim, out_dim, **layer_options):
+        return 2 * out_dim, 0  # the root term lin_r(x) and the sum it joins
+
     @staticmethod
     def normalise(rows: np.ndarray, cols: np.ndarray, deg: np.ndarray, start: int, n_rows: int):
         # Mean over in-neighbours; a row with no neighbours stays empty (aggregates to 0).
