@@ -424,7 +424,8 @@ def _csv_list(text: str, cast=str) -> list:
     return [cast(v) for v in text.split(",") if v]
 
 
-def config_from_args(argv: list[str] | None = None) -> tuple[BenchConfig, bool]:
+def build_parser() -> argparse.ArgumentParser:
+    """`gnn-dist bench`'s own options (any other option goes to every run's `gnn-dist train`)."""
     parser = argparse.ArgumentParser(prog="gnn-dist bench", description=__doc__.split("\n")[0])
     parser.add_argument("--config", help="TOML file with the same keys (command-line flags win)")
     parser.add_argument("--datasets")
@@ -448,6 +449,11 @@ def config_from_args(argv: list[str] | None = None) -> tuple[BenchConfig, bool]:
     parser.add_argument("--target-val-acc", type=float, help="time-to-accuracy target (default: 0.98 x exact's best)")
     parser.add_argument("--out")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    return parser
+
+
+def config_from_args(argv: list[str] | None = None) -> tuple[BenchConfig, bool]:
+    parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     values: dict = {}
     if args.config:

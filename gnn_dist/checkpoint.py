@@ -46,6 +46,8 @@ from gnn_dist.partition.format import sha256_of
 MANIFEST = "MANIFEST.json"
 REPLICATED = "replicated.pt"
 CHECKPOINT_FORMAT = 2
+# What a resumed run must share with the run that wrote the checkpoint (the model: every ModelConfig option).
+RESUME_MUST_MATCH = ("model", "schedule", "halo_dtype")
 
 
 class CheckpointError(SetupError):
@@ -188,7 +190,7 @@ def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict
         raise CheckpointError(f"{path} was trained on {_graph_text(manifest.get('graph'))} but --parts "
                               f"{state.config.parts} holds {_graph_text(expected['graph'])}: resume on a partition of "
                               f"the same graph, or use another --checkpoint-dir")
-    for key in ("model", "schedule", "halo_dtype"):
+    for key in RESUME_MUST_MATCH:
         recorded = manifest.get(key)
         if key == "model" and isinstance(recorded, dict):
             # options added since the checkpoint was written (--heads, --attn-dropout) had their defaults then

@@ -5,6 +5,10 @@ help text and how argparse reads it. The command line is generated from these
 fields (`add_options`, `options_from_args`), so `gnn-dist train --help`, the
 Python API (`TrainConfig(...)`) and `validate()` cannot disagree about a
 default. Fields made without `option` (the nested configs) are not flags.
+
+The config does not depend on the runtime: loading it loads no registry. What only a registry can answer
+(the model and schedule names, a halo dtype's codec, a link's spec) is looked up when validate() runs or
+when a parser lists the choices.
 """
 from __future__ import annotations
 
@@ -14,18 +18,23 @@ from dataclasses import MISSING, dataclass, field, fields
 
 import torch
 
-from gnn_dist.codec import HALO_DTYPES
-from gnn_dist.halo_blocks import DEFAULT_HALO_BLOCK_ROWS, HALO_MEMORY_MODES
-from gnn_dist.models import model_class, model_names, one_of
-from gnn_dist.schedules import parse_schedule
-from gnn_dist.simulated_link import LinkModel
-
 MODES = ("full", "sampled")
+HALO_MEMORY_MODES = ("resident", "sequential")
+# Rows per block by default: 16 MiB per block at width 256, where one peer's whole block can be most of the
+# halo (P=2). Each extra sub-round costs one more message per layer and direction.
+DEFAULT_HALO_BLOCK_ROWS = 16384
 SCHEDULE_GUARD = ("on", "off")
 SAMPLING_STRATEGIES = ("remote", "local")
 # Storage of the input features (--feature-dtype); the model upcasts them to fp32 where it uses them.
 FEATURE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEFAULT_EVAL_CHUNK_NODES = 16384  # rows per chunk: 16 MiB per temporary at width 256, a small share of a layer
+
+
+def _models():
+    """The model registry, when a question needs it (not at import: the config does not load the runtime)."""
+    import gnn_dist.models
+
+    return gnn_dist.models
 
 
 def positive_int(text: str) -> int:
@@ -72,7 +81,7 @@ def option(default=MISSING, help: str = "", *, parse=None, choices=None, flag: s
 
 @dataclass(frozen=True)
 class ModelConfig:
-    model: str = option("gcn", "the model (gnn_dist.models registers them)", choices=model_names)
+    model: str = option("gcn", "the model (gnn_dist.models registers them)", choices=lambda: _models().model_names())
     hidden: int = option(16, "width of the hidden layers")
     num_layers: int = option(2, "number of graph convolutions")
     dropout: float = option(0.5, "dropout before every convolution")
@@ -83,6 +92,7 @@ class ModelConfig:
                                               "--dropout)", parse=float)
 
     def validate(self) -> None:
+        model_class, model_names, one_of = _models().model_class, _models().model_names, _models().one_of
         if self.model not in model_names():
             raise ValueError(f"unknown --model {self.model!r}: use {one_of(model_names())}")
         if self.hidden < 1:
@@ -107,7 +117,7 @@ class ModelConfig:
 
     def layers(self, in_dim: int, out_dim: int) -> list[tuple[int, int, dict]]:
         """(input, output, constructor options) of each layer, the options from the model's layer_options."""
-        conv = model_class(self.model)
+        conv = _models().model_class(self.model)
         return [(i, o, conv.layer_options(self, k, self.num_layers))
                 for k, (i, o) in enumerate(self.widths(in_dim, out_dim))]
 
@@ -193,6 +203,8 @@ class TrainConfig:
             if self.schedule != "exact" or self.halo_dtype != "fp32":
                 raise ValueError("--schedule and --halo-dtype shape full-batch halo traffic: use them with --mode "
                                  "full (sampled mode fetches exact fp32 features)")
+        from gnn_dist.schedules import parse_schedule
+
         schedule = parse_schedule(self.schedule)
         layer_schedules = schedule.per_layer(self.model.num_layers - 1)
         if self.halo_memory not in HALO_MEMORY_MODES:
@@ -200,7 +212,7 @@ class TrainConfig:
         if self.halo_memory == "sequential":
             if self.mode != "full":
                 raise ValueError("--halo-memory sequential is for --mode full (sampled mode holds no layer halos)")
-            if model_class(self.model.model).attention and any(s.kind != "exact" for s in layer_schedules):
+            if _models().model_class(self.model.model).attention and any(s.kind != "exact" for s in layer_schedules):
                 raise ValueError(f"--halo-memory sequential runs --model {self.model.model} with --schedule exact only "
                                  f"(its blocks travel again in the backward): use --schedule exact, or --halo-memory "
                                  f"resident with {self.schedule}")
@@ -221,6 +233,8 @@ class TrainConfig:
             raise ValueError(f"--memory-limit must be positive, got {self.memory_limit}")
         if self.schedule_guard not in SCHEDULE_GUARD:
             raise ValueError(f"bad --schedule-guard {self.schedule_guard!r}: use on or off")
+        from gnn_dist.codec import HALO_DTYPES
+
         if self.halo_dtype not in HALO_DTYPES:
             raise ValueError(f"bad --halo-dtype {self.halo_dtype!r}: valid: {', '.join(HALO_DTYPES)}")
         if self.epochs < 0:
@@ -240,6 +254,8 @@ class TrainConfig:
         if self.timeout < 0:
             raise ValueError(f"--timeout must be 0 (off) or positive seconds, got {self.timeout}")
         if self.simulate_link is not None:
+            from gnn_dist.simulated_link import LinkModel
+
             LinkModel.parse(self.simulate_link)
 
 

@@ -18,6 +18,7 @@ epoch; a slot is the layer that owns it, so two layers never share a buffer.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -97,6 +98,12 @@ class TrafficCounters:
     def reset(self) -> None:
         self.halo_bytes = self.halo_rows = self.halo_rows_skipped = self.allreduce_bytes = 0
         self.comm_s = 0.0
+
+    def take(self) -> TrafficCounters:
+        """What was counted since the last reset, and a reset: one phase's figures (training, then evaluation)."""
+        taken = dataclasses.replace(self)
+        self.reset()
+        return taken
 
 
 @dataclass

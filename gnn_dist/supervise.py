@@ -55,15 +55,21 @@ def option_values(command: list[str], flag: str) -> list[str]:
     return values
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """`gnn-dist supervise`'s own options (the launch command follows --)."""
+    parser = argparse.ArgumentParser(prog="gnn-dist supervise", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max-restarts", type=int, default=3, help="restart a failed job at most this many times")
+    parser.add_argument("--backoff", type=float, default=5.0, help="seconds to wait before each restart")
+    return parser
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" not in argv:
         _say("error: give the launch command after --, e.g. gnn-dist supervise -- mpiexec -n 4 gnn-dist train "
              "--parts P --checkpoint-dir D")
         sys.exit(EXIT_USAGE)
     split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="gnn-dist supervise", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-restarts", type=int, default=3, help="restart a failed job at most this many times")
-    parser.add_argument("--backoff", type=float, default=5.0, help="seconds to wait before each restart")
+    parser = build_parser()
     args = parser.parse_args(argv[:split])
     command = argv[split + 1:]
     if args.max_restarts < 0 or args.backoff < 0:

@@ -9,7 +9,10 @@ applied to a fresh copy of the tree's tracked files, and the tests named for
 it run there (python -m pytest -x, with PYTHONPATH pointing at the copy, so
 mpiexec ranks import the mutated code too). A mutant is *killed* when a test
 fails, *survives* when they all pass (a feature a test does not protect), and
-is *n/a* when the tree has no such code (an older checkout). A kill counts only
+is *n/a* when the tree has no such code: after a refactor that is a mutant to
+retarget, so n/a fails the tool unless --allow-na says the tree is an older
+checkout. `--check` only verifies that every mutant applies exactly once and
+names tests that exist (seconds; tests/test_mutants.py runs it in CI). A kill counts only
 when the failing test passes again on the unmutated tree; otherwise the mutant
 is reported *flaky*, naming the test. --whole-files runs
 the whole test files named for a mutant rather than its test ids (and, where
@@ -52,6 +55,47 @@ class Mutant:
 
 
 MUTANTS = [
+    Mutant("guard: never falls back",
+           "gnn_dist/training/guard.py", "        self.exact_until = epoch + 1 + window\n", "",
+           ("tests/test_guard.py::test_the_guard_rescues_a_diverging_run_and_leaves_healthy_runs_alone",
+            "tests/test_guard.py::test_a_climbing_loss_fires_after_a_window_of_epochs_and_the_exact_window_doubles")),
+    Mutant("guard: the loss rule compares single epochs, not means",
+           "gnn_dist/training/guard.py", "        self.recent = (self.recent + [loss])[-self.rule.patience:]",
+           "        self.recent = (self.recent + [loss] * self.rule.patience)[-self.rule.patience:]",
+           ("tests/test_guard.py::test_noise_and_a_saw_tooth_around_a_falling_loss_never_fire",)),
+    Mutant("guard: collapse fires on one dip",
+           "gnn_dist/training/guard.py", "            if self.collapsed_in_a_row >= rule.collapse_patience:",
+           "            if self.collapsed_in_a_row >= 1:",
+           ("tests/test_guard.py::test_collapse_below_the_majority_rate_fires_only_when_it_lasts_after_the_warmup",)),
+    Mutant("pipeline: gradients smoothed with the rows' G",
+           "gnn_dist/schedules/pipeline.py",
+           "            self._smooth(state.grads, state.recv_grads, self.grads_smoothing)",
+           "            self._smooth(state.grads, state.recv_grads, self.rows_smoothing)",
+           ("tests/test_schedules.py::test_pipeline_smooths_rows_and_gradients_each_with_its_own_rate",)),
+    Mutant("sequential pipeline: blocks aggregated with this epoch's rows",
+           "gnn_dist/schedules/pipeline.py",
+           "    def block_rows(self, exchange, received):\n        return self.state.halo[",
+           "    def block_rows(self, exchange, received):\n        return self.state.recv_halo[",
+           ("tests/test_sequential.py::test_sequential_schedules_equal_resident_ones",)),
+    Mutant("sequential: the next block is received from the wrong peer",
+           "gnn_dist/halo_blocks.py",
+           "sends, receive = post_transfers(transfers, rows, exchange.dest, buffer, exchange.src, tag)",
+           "sends, receive = post_transfers(transfers, rows, exchange.dest, buffer, exchange.dest, tag)",
+           ("tests/test_sequential.py::test_sequential_model_equals_pyg_on_the_whole_graph",)),
+    Mutant("simulated ranks: a receive takes the newest message",
+           "gnn_dist/simulated_ranks.py", "            self.ticket = key + (world.posted.get(key, 0),)",
+           "            self.ticket = key + (world.sent.get(key, 1) - 1,)",
+           ("tests/test_sequential.py::test_sequential_schedules_equal_resident_ones",)),
+    Mutant("bns sequential: kept rows land in the wrong rows of the block",
+           "gnn_dist/schedules/bns.py", "        rows[self._kept_halo(exchange)] = received",
+           "        rows[:received.shape[0]] = received",
+           ("tests/test_sequential.py::test_sequential_schedules_equal_resident_ones",)),
+    Mutant("plan: a model's update memory is not charged",
+           "gnn_dist/memory_plan.py", "        scratch, saved = conv.update_memory(i, o, **options)",
+           "        scratch, saved = 0, 0",
+           ("tests/test_plugins.py::test_the_memory_plan_charges_what_a_plugin_model_keeps",
+            "tests/test_plan.py")),
+
     Mutant("checkpoint: --resume silently starts over",
            "gnn_dist/checkpoint.py", "    if not found:\n        return None\n    path = found[-1]",
            "    if True:\n        return None\n    path = found[-1]",
@@ -65,8 +109,8 @@ MUTANTS = [
            "        grad_owned.index_add_(0, plan.send_idx, ex.exact_backward(grad_full) - grad_full[:plan.n_owned])",
            ("tests/test_schedules.py::test_pipeline_uses_the_previous_epochs_rows_and_gradients",)),
     Mutant("pipeline: gradients stay those of the first epoch (same bytes)",
-           "gnn_dist/schedules/pipeline.py", "                self._smooth(state.grads, state.recv_grads)",
-           "                pass",
+           "gnn_dist/schedules/pipeline.py",
+           "            self._smooth(state.grads, state.recv_grads, self.grads_smoothing)", "            pass",
            ("tests/test_schedules.py::test_pipeline_uses_the_previous_epochs_rows_and_gradients",)),
     Mutant("pipeline: forward uses this epoch's rows",
            "gnn_dist/schedules/pipeline.py", "        full[plan.n_owned:] = state.halo\n",
@@ -93,7 +137,7 @@ MUTANTS = [
            "self._by_slot = {layer_slot(k + 1): layers[0] for k, schedule in enumerate(layers)}",
            ("tests/test_schedules.py::test_per_layer_schedules_apply_to_their_own_layer",)),
     Mutant("per-layer: inspect prices every layer with the first entry",
-           "gnn_dist/model.py", "    schedules = parse_schedule(schedule).per_layer(len(widths))\n",
+           "gnn_dist/traffic.py", "    schedules = parse_schedule(schedule).per_layer(len(widths))\n",
            "    schedules = [parse_schedule(schedule).per_layer(len(widths))[0]] * len(widths)\n",
            ("tests/test_schedules.py::test_inspect_prediction_matches_the_written_out_formula",)),
     Mutant("bns: drops no rows",
@@ -130,15 +174,16 @@ MUTANTS = [
            "        return self.lin_l(aggregated) if self.aggregate_first else aggregated",
            ("tests/test_sampled.py::test_a_sampled_step_equals_pyg_on_the_same_blocks",)),
     Mutant("sampled GCN block: no self loop",
-           "gnn_dist/models/gcn.py", "        rows = torch.cat([block.dst, loops])\n        cols = torch.cat([block.src, loops])",
-           "        rows = block.dst\n        cols = block.src",
+           "gnn_dist/models/gcn.py", "rows, cols = with_self_loops(block.dst, block.src, 0, block.n_dst)",
+           "rows, cols = block.dst, block.src",
            ("tests/test_sampled.py::test_a_sampled_step_equals_pyg_on_the_same_blocks",)),
     Mutant("evaluation: BatchNorm skipped in chunks",
-           "gnn_dist/model.py", "                    if self.norms is not None:\n                        y = self.norms[k](y)",
+           "gnn_dist/layer_stack.py",
+           "                    if self.norms is not None:\n                        y = self.norms[k](y)",
            "                    if False:\n                        y = self.norms[k](y)",
            ("tests/test_layerwise.py::test_chunked_evaluation_equals_pyg_on_the_whole_graph",)),
     Mutant("evaluation: the last partial chunk is left out",
-           "gnn_dist/model.py", "            for start in range(0, n, chunk_nodes):",
+           "gnn_dist/layer_stack.py", "            for start in range(0, n, chunk_nodes):",
            "            for start in range(0, n - n % chunk_nodes, chunk_nodes):",
            ("tests/test_layerwise.py::test_chunked_evaluation_equals_pyg_on_the_whole_graph",)),
     Mutant("evaluation: GCN chunk rows lose the halo columns' degree",
@@ -193,7 +238,7 @@ MUTANTS = [
            "    wa, wb = torch.exp(lse_a - safe), torch.zeros_like(lse_b)",
            ("tests/test_gat.py::test_merging_column_blocks_equals_the_whole_rows",)),
     Mutant("gat sequential: blocks differentiated with their own softmax sum",
-           "gnn_dist/halo_blocks.py", "grad_out[rows], delta[rows], heads,", "grad_out[rows], delta[rows] * 0, heads,",
+           "gnn_dist/attention_blocks.py", "grad_out[rows], delta[rows], heads,", "grad_out[rows], delta[rows] * 0, heads,",
            ("tests/test_gat.py::test_sequential_halos_equal_pyg_with_gat",)),
     Mutant("gat: scores ignore the attention vectors",
            "gnn_dist/models/gat.py", "att.shape[2]) * att).sum(-1)",
@@ -204,8 +249,9 @@ MUTANTS = [
            "        grad_x = (grad_scores * att * 0).view(-1, heads * width)\n",
            ("tests/test_gat.py::test_one_layer_equals_pyg_gatconv",)),
     Mutant("gat: the source attention vector gets no gradient",
-           "gnn_dist/models/gat.py", "grad_att = (grad_scores * x).sum(0, keepdim=True) if ctx.needs_input_grad[2] else None",
-           "grad_att = torch.zeros_like(att) if ctx.needs_input_grad[2] else None",
+           "gnn_dist/models/gat.py",
+           "            grad_att = (grad_scores * (h @ weight.t()).view(-1, heads, width)).sum(0, keepdim=True)",
+           "            grad_att = torch.zeros_like(att)",
            ("tests/test_gat.py::test_one_layer_equals_pyg_gatconv",)),
 ]
 
@@ -286,8 +332,30 @@ def run_mutant(mutant: Mutant, tree: Path, files: list[str], python: str, work: 
     return "error", elapsed, (done.stdout + done.stderr).strip().splitlines()[-1]
 
 
+def check(tree: Path) -> list[str]:
+    """Problems that would make mutants n/a or their tests unrunnable: code not found exactly once, a test id
+    that names no test file or function."""
+    problems = []
+    for mutant in MUTANTS:
+        source = tree / mutant.file
+        if not source.exists() or mutant.edit(source.read_text()) is None:
+            problems.append(f"{mutant.name}: the code to mutate is not (exactly once) in {mutant.file}")
+        for test in mutant.tests:
+            if test.startswith("-k "):
+                continue
+            path, _, name = test.partition("::")
+            function = name.split("[")[0]
+            if not (tree / path).exists() or (function and f"def {function}(" not in (tree / path).read_text()):
+                problems.append(f"{mutant.name}: no test {test}")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="only check that every mutant applies exactly once and names tests that exist")
+    parser.add_argument("--allow-na", action="store_true",
+                        help="an older checkout (--tree): mutants of code it does not have are n/a, not failures")
     parser.add_argument("--tree", default=str(ROOT), help="checkout to mutate (default: this one)")
     parser.add_argument("--only", default="", help="run only mutants whose name contains this text")
     parser.add_argument("--python", default=sys.executable)
@@ -295,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the whole test files named for each mutant (for checkouts whose tests differ)")
     args = parser.parse_args(argv)
     tree = Path(args.tree).resolve()
+    if args.check:
+        problems = check(tree)
+        for problem in problems:
+            print(problem)
+        print(f"{len(MUTANTS)} mutants, {len(problems)} problem(s)")
+        return 1 if problems else 0
     files = tracked_files(tree)
     counts: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="gnn-dist-mutants-") as tmp:
@@ -311,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
             counts[verdict] = counts.get(verdict, 0) + 1
             print(f"{verdict:8s} {elapsed:6.1f}s  {mutant.name}: {detail}", flush=True)
     print("summary: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())))
-    return 1 if counts.get("survived") or counts.get("error") or counts.get("flaky") else 0
+    failed = counts.get("survived") or counts.get("error") or counts.get("flaky")
+    return 1 if failed or (counts.get("n/a") and not args.allow_na) else 0
 
 
 if __name__ == "__main__":

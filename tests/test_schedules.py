@@ -130,6 +130,20 @@ def test_pipeline_specs_name_their_smoothing():
     assert parse_schedule("pipeline:0.9").name == "pipeline:0.9"
 
 
+def test_pipeline_smooths_rows_and_gradients_each_with_its_own_rate(partitioned):
+    """pipeline:G:H: halo rows are smoothed with G, the gradients returned to owners with H (here 0: the last
+    epoch's own), each checked against values computed from the dataset's ids."""
+    directory = partitioned("synthetic:tiny", 3)
+    results = run_epochs(directory, 3, lambda: PipelineSchedule(0.5, 0.0), 4, upstream_at=varying_upstream)
+    parts = [part for part, _, _ in results]
+    # epoch 3 uses epoch 2's gradients unsmoothed; smoothing them with the rows' 0.5 would mix in epoch 1's
+    expected = expected_owned_grads(parts, 4, 3, 2)
+    for rank, (part, halos, sent) in enumerate(results):
+        v0, v1, v2 = (values(part.halo_ids, 4, e) for e in range(3))
+        assert torch.allclose(halos[3], 0.5 * (0.5 * v0 + 0.5 * v1) + 0.5 * v2)
+        assert torch.allclose(sent[3][2], expected[rank], atol=1e-6)
+
+
 def test_pipeline_smoothing(partitioned):
     directory = partitioned("synthetic:tiny", 2)
     results = run_epochs(directory, 2, lambda: PipelineSchedule(0.5), 3)

@@ -47,20 +47,20 @@ def run_epochs(state: RankState) -> list[dict]:
         loss = figures["loss"]
         state.epochs_run += 1
         epoch_s = time.perf_counter() - start
-        train_traffic = (counters.halo_bytes, counters.halo_rows, counters.allreduce_bytes, counters.comm_s,
-                         counters.halo_rows_skipped)
-        counters.reset()
+        trained = counters.take()
         eval_start = time.perf_counter()
         beat(f"epoch {epoch}: evaluation")
-        if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
+        evaluated = (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1
+        if evaluated:
             enter_phase(state, "eval")
             last_acc = evaluate(state)
             enter_phase(state, "train")
         eval_s = time.perf_counter() - eval_start
+        evaluation = counters.take()
         halo_bytes, halo_rows, allreduce_bytes, rows_skipped, eval_halo_bytes = sum_over_ranks(
-            ctx, [train_traffic[0], train_traffic[1], train_traffic[2], train_traffic[4], counters.halo_bytes])
-        slowest = max_over_ranks(ctx, [epoch_s, train_traffic[3], eval_s])
-        evaluated = (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1
+            ctx, [trained.halo_bytes, trained.halo_rows, trained.allreduce_bytes, trained.halo_rows_skipped,
+                  evaluation.halo_bytes])
+        slowest = max_over_ranks(ctx, [epoch_s, trained.comm_s, eval_s])
         if state.guard is not None:
             watch_divergence(state, epoch, loss, last_acc["val_acc"] if evaluated else None)
         record = {

@@ -1,0 +1,156 @@
+"""The documents are contracts, held to the code: the metrics keys a run writes, what a resume compares, and every
+`gnn-dist` command line quoted in README.md, docs/ and the code's own docstrings and messages."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from gnn_dist.config import ModelConfig, SampledConfig, TrainConfig
+from gnn_dist.context import RankContext
+from gnn_dist.simulated_ranks import run_fake_ranks
+from gnn_dist.training import train
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+CODE = sorted(p for folder in ("gnn_dist", "partition", "kernels", "benchmarks") for p in (ROOT / folder).rglob("*.py"))
+
+
+def documented_keys(section: str) -> set[str]:
+    """The keys in the first column of the table under `## {section}` in docs/metrics.md."""
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    keys = set()
+    for line in body.splitlines():
+        if line.startswith("| `"):
+            keys.update(re.findall(r"`([^`]+)`", line.split("|")[1]))
+    return keys
+
+
+@pytest.fixture(scope="module")
+def records(partitioned, tmp_path_factory):
+    """Every record of a full-batch run (lossy schedule, so the guard watches) and of a sampled run."""
+    directory = partitioned("synthetic:tiny", 2)
+    out = tmp_path_factory.mktemp("metrics")
+    found = {}
+    for mode, schedule in (("full", "stale:2"), ("sampled", "exact")):
+        config = TrainConfig(parts=str(directory), mode=mode, schedule=schedule, epochs=2, progress=False, timeout=0,
+                             metrics_out=str(out / f"{mode}.jsonl"), model=ModelConfig(num_layers=2),
+                             sampled=SampledConfig(fanouts=(3, 3)))
+        run_fake_ranks(2, lambda comm, config=config: train(RankContext(comm), config))
+        found[mode] = [json.loads(line) for line in (out / f"{mode}.jsonl").read_text().splitlines()]
+    return found
+
+
+def test_metrics_md_lists_exactly_the_keys_a_run_writes(records):
+    every_epoch = documented_keys("Every epoch")
+    sampled = documented_keys("Every epoch of sampled training (`--mode sampled`), besides")
+    final = documented_keys("The final record (`\"final\": true`)")
+    assert every_epoch and sampled and final
+    for record in records["full"][:-1]:
+        assert set(record) == every_epoch
+    for record in records["sampled"][:-1]:
+        assert set(record) == every_epoch | sampled
+    for mode in ("full", "sampled"):
+        assert set(records[mode][-1]) == final, mode
+
+
+def test_checkpoints_md_lists_what_a_resume_compares():
+    from gnn_dist.checkpoint import RESUME_MUST_MATCH
+
+    text = (ROOT / "docs" / "checkpoints.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `--model`"))
+    documented = set(re.findall(r"`(--[\w-]+)`", row.split("|")[1]))
+    compared = set()
+    for key in RESUME_MUST_MATCH:
+        names = [f.name for f in dataclasses.fields(ModelConfig)] if key == "model" else [key]
+        compared.update("--" + name.replace("_", "-") for name in names)
+    assert documented == compared
+    assert "refused" in row.split("|")[2]
+
+
+def _command_lines() -> list[tuple[str, list[str]]]:
+    """Every `gnn-dist` invocation quoted in the docs (code blocks and inline code): (where, its words)."""
+    found = []
+    for doc in DOCS + CODE:
+        text = re.sub(r"\\\n\s*", " ", doc.read_text())  # shell line continuations
+        quoted = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S) + re.findall(r"`([^`\n]+)`", text)
+        if doc.suffix == ".py":  # docstrings show commands as indented lines
+            quoted += re.findall(r"\n\s+((?:mpiexec|mpirun)?[^\n]*gnn-dist [a-z]+ --[^\n]*)", text)
+        for block in quoted:
+            for line in block.splitlines():
+                line = line.split(" #", 1)[0].strip()
+                at = line.find("gnn-dist ")
+                if at < 0 or line.startswith("#"):
+                    continue
+                command = line[at:].replace("[", " ").replace("]", " ")
+                try:
+                    words = shlex.split(command)
+                except ValueError:  # a command inside a Python string literal: its quotes are the string's
+                    words = [w.strip("\"'(),:;") for w in command.split()]
+                if len(words) > 1 and words[1] in {"partition", "convert", "train", "inspect", "bench", "supervise",
+                                                   "embed", "export"}:
+                    found.append((f"{doc.name}: {line[at:]}", words[1:]))
+    return found
+
+
+def _is_placeholder(word: str) -> bool:
+    """DIR, P, SPEC, FILE.jsonl, MODE, a|b alternatives, {an f-string's field}, ... : words a reader replaces."""
+    return word == "..." or "|" in word or "{" in word or bool(re.fullmatch(r"[A-Z][A-Z0-9_]*(\.[a-z]+)?", word))
+
+
+def _parsers():
+    from gnn_dist.benchmarks.harness import build_parser as bench_parser
+    from gnn_dist.cli import build_parser
+    from gnn_dist.supervise import build_parser as supervise_parser
+
+    main = build_parser()
+    subparsers = next(a for a in main._actions if a.dest == "command").choices
+    parsers = {name: [parser] for name, parser in subparsers.items() if name not in ("bench", "supervise")}
+    parsers["bench"] = [bench_parser(), subparsers["train"]]  # bench passes train's options to every run
+    parsers["supervise"] = [supervise_parser()]
+    return parsers
+
+
+def _check_words(command: str, words: list[str], parsers: dict, where: str) -> None:
+    assert command in parsers, f"{where}: no command gnn-dist {command}"
+    if command == "supervise" and "--" in words:
+        launch = words[words.index("--") + 1:]
+        words = words[:words.index("--")]
+        if "gnn-dist" in launch:
+            inner = launch[launch.index("gnn-dist") + 1:]
+            _check_words(inner[0], inner[1:], parsers, where)
+    options = {}
+    for parser in parsers[command]:
+        options.update(parser._option_string_actions)
+    for k, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        flag = word.split("=", 1)[0]
+        assert flag in options, f"{where}: gnn-dist {command} has no option {flag}"
+        action = options[flag]
+        value = words[k + 1] if k + 1 < len(words) else None
+        if action.choices and value is not None and not value.startswith("--") and not _is_placeholder(value):
+            assert value in action.choices, f"{where}: {flag} {value} is not one of {sorted(action.choices)}"
+
+
+def test_every_command_line_in_the_docs_parses_with_the_real_parser():
+    import tests.plugins.gin  # noqa: F401 - docs/extending.md shows it with --model gin
+
+    lines = _command_lines()
+    assert len(lines) > 20  # the docs quote many; the extraction found them
+    parsers = _parsers()
+    for where, words in lines:
+        _check_words(words[0], words[1:], parsers, where)
+
+
+def test_a_misquoted_option_would_be_caught():
+    parsers = _parsers()
+    with pytest.raises(AssertionError, match="has no option --memory"):
+        _check_words("inspect", ["DIR", "--memory"], parsers, "x")
+    with pytest.raises(AssertionError, match="not one of"):
+        _check_words("train", ["--halo-memory", "lazy"], parsers, "x")
