@@ -37,7 +37,8 @@ OGB_REFERENCE = {
 CSV_COLUMNS = ["run_id", "backend", "dataset", "parts", "mode", "schedule", "halo_dtype", "model", "seed", "link",
                "epochs", "status", "target_val_acc", "time_to_target_s", "epoch_s_median", "test_acc", "best_val_acc",
                "test_acc_at_best_val", "ogb_test_acc",
-               "halo_bytes_per_epoch", "halo_bytes_total", "peak_rss_bytes", "wall_s", "error"]
+               "halo_bytes_per_epoch", "halo_bytes_total", "compute_s_median", "comm_s_median", "wait_s_median",
+               "peak_rss_bytes", "wall_s", "error"]
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,11 @@ def run_ours(config: BenchConfig, run: Run) -> dict:
     epochs = max(final["epochs"], 1)
     if run.link:
         row["val_curve"] = val_curve(records)
+    trained = records[:-1]
+    breakdown = {key: statistics.median(r[key] for r in trained) if trained and key in trained[0] else None
+                 for key in ("compute_s", "comm_s", "wait_s")}
     return {**row, "status": "ok", "epoch_s_median": final["epoch_s_median"], "test_acc": final["test_acc"],
+            **{f"{key}_median": value for key, value in breakdown.items()},
             "best_val_acc": final["best_val_acc"], "test_acc_at_best_val": final["test_acc_at_best_val"],
             "ogb_test_acc": ogb_score(run.dataset, config.root, predictions),
             "halo_bytes_total": final["halo_bytes_total"], "halo_bytes_per_epoch": final["halo_bytes_total"] / epochs,
@@ -371,6 +376,24 @@ def plots(rows: list[dict], out: Path) -> list[Path]:
 
     against_parts(ok, lambda r: (r["dataset"], r["model"]), lambda r: r["peak_rss_bytes"] / 2**30,
                   "peak RSS per rank (GiB)", "Peak memory per rank", "peak_memory.png")
+
+    # Where each run's epoch goes, from the metrics' medians (slowest rank): compute, the exchange that ran
+    # exposed, and the wait for non-blocking transfers that overlap did not hide.
+    broken = [r for r in ok if r.get("compute_s_median") is not None]
+    if broken:
+        fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(broken)), 4))
+        names = [f"{r['dataset'].split('/')[-1]} P={r['parts']}\n{r['model']} {r['schedule']}" for r in broken]
+        compute = [r["compute_s_median"] for r in broken]
+        exchange = [r["comm_s_median"] - r["wait_s_median"] for r in broken]
+        wait = [r["wait_s_median"] for r in broken]
+        ax.bar(names, compute, label="compute")
+        ax.bar(names, exchange, bottom=compute, label="exchange")
+        ax.bar(names, wait, bottom=[c + e for c, e in zip(compute, exchange)], label="wait")
+        ax.set_ylabel("s per epoch (median)")
+        ax.set_title("Per-epoch breakdown")
+        ax.tick_params(axis="x", labelsize=6)
+        ax.legend(fontsize=7)
+        save(fig, "epoch_breakdown.png")
     modelled = time_to_accuracy_plot(rows, out, plt)
     return written + ([modelled] if modelled else [])
 

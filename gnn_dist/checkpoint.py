@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from gnn_dist.comm import failure_among
+from gnn_dist.config import ModelConfig
 from gnn_dist.context import SetupError
 from gnn_dist.keyed_random import fingerprint_words
 from gnn_dist.log import rank_logger
@@ -124,7 +125,8 @@ def save_checkpoint(state, directory: str | os.PathLike, next_epoch: int, record
         raise CheckpointError(f"checkpoint to {target} failed on rank {rank}: {msg}: free disk space or "
                               f"choose another --checkpoint-dir; the last complete checkpoint is unchanged")
     if ctx.is_root:
-        manifest = {"format": CHECKPOINT_FORMAT, "next_epoch": next_epoch, **describe_run(state),
+        widths = [state.model.convs[0].in_dim, state.model.convs[-1].out_dim]  # what export needs to rebuild it
+        manifest = {"format": CHECKPOINT_FORMAT, "next_epoch": next_epoch, **describe_run(state), "widths": widths,
                     "replicated": {"file": REPLICATED, "sha256": replicated_digest},
                     "shards": [{"file": rank_file(r), "sha256": d} for r, (_, d) in enumerate(results)]}
         tmp_manifest = target / f".{MANIFEST}.tmp"
@@ -162,21 +164,45 @@ def _read_verified(path: Path, entry: dict) -> dict:
     return torch.load(file, weights_only=True)
 
 
+def newest_manifest(directory: str | os.PathLike) -> tuple[Path, dict] | None:
+    """(folder, manifest) of the newest complete checkpoint in `directory`, or None when there is none."""
+    found = complete_checkpoints(directory)
+    if not found:
+        return None
+    path = found[-1]
+    try:
+        return path, json.loads((path / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path / MANIFEST}: unreadable ({err}): delete {path} to resume from the one "
+                              f"before") from err
+
+
+def trained_model(directory: str | os.PathLike) -> tuple[dict, dict, dict]:
+    """(the ModelConfig fields, the model's state_dict, the manifest) of the newest complete checkpoint: what
+    `gnn-dist embed` and `gnn-dist export` need, on any partition and at any P. CheckpointError when absent."""
+    newest = newest_manifest(directory)
+    if newest is None:
+        raise CheckpointError(f"no complete checkpoint in {directory}: train with --checkpoint-dir {directory} first")
+    path, manifest = newest
+    if manifest.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is a format-{manifest.get('format')} checkpoint: resume and train one epoch "
+                              f"with this gnn-dist to rewrite it")
+    replicated = _read_verified(path, manifest["replicated"])
+    # options added since the checkpoint was written had their defaults then
+    model = {**dataclasses.asdict(ModelConfig()), **manifest["model"]}
+    return model, replicated["model"], manifest
+
+
 def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict]] | None:
     """Restore this rank from the newest complete checkpoint; None when there is none.
 
     Raises CheckpointError (on this rank) when it does not fit the run; the
     caller agrees on errors across ranks.
     """
-    found = complete_checkpoints(directory)
-    if not found:
+    newest = newest_manifest(directory)
+    if newest is None:
         return None
-    path = found[-1]
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path / MANIFEST}: unreadable ({err}): delete {path} to resume from the one "
-                              f"before") from err
+    path, manifest = newest
     expected = describe_run(state)
     if manifest.get("format") not in (1, CHECKPOINT_FORMAT):
         raise CheckpointError(f"{path}: checkpoint format {manifest.get('format')!r} is not {CHECKPOINT_FORMAT}: "

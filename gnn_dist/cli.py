@@ -1,4 +1,5 @@
-"""`gnn-dist partition | convert | train | inspect | bench`: the command line (README.md, docs/).
+"""`gnn-dist partition | convert | train | inspect | embed | export | bench | supervise`: the command line
+(README.md, docs/).
 
 Errors: one line `gnn-dist CMD: error: ...` on stderr and a non-zero exit.
 Under mpiexec an argument error is printed by rank 0 only; a failure on one
@@ -24,6 +25,7 @@ from gnn_dist.config import (
     positive_int,
     train_config_from_args,
 )
+from gnn_dist.embed import EmbedConfig
 from gnn_dist.partition.partitioner import DEFAULT_LOCALITY_BLOCK
 from gnn_dist.supervise import EXIT_FAILED, EXIT_SETUP, option_values, supervise
 
@@ -75,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("partition", help="split a dataset into P parts on disk")
     p.add_argument("--dataset", required=True,
-                   help="synthetic:tiny|small|arxiv|medium|large|products, planetoid:NAME, ogbn-*, npz:PATH, "
+                   help="synthetic:tiny|small|weak|sbm60k|arxiv|medium|large|products, planetoid:NAME, ogbn-*, npz:PATH, "
                         "chunked:DIR")
     p.add_argument("--root", default=None, help="folder holding the dataset's files (planetoid, ogbn)")
     p.add_argument("--num-parts", type=int, required=True)
@@ -117,6 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(t, ModelConfig)
     add_options(t, SampledConfig)
     t.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
+
+    e = sub.add_parser("embed", help="every node's output of one layer of a trained model, to one .npy (under "
+                                     "mpiexec -n P)")
+    add_options(e, EmbedConfig)
+    e.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
+
+    x = sub.add_parser("export", help="a trained model as a plain torch_geometric module (model.pt + model.json)")
+    x.add_argument("--checkpoint-dir", required=True, help="the training run's --checkpoint-dir (its newest "
+                   "complete checkpoint)")
+    x.add_argument("--out", required=True, help="the state_dict to write (a .json spec goes beside it)")
+    x.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
 
     sub.add_parser("bench", help="benchmark sweeps with PyG baselines (gnn-dist bench --help)", add_help=False)
     sub.add_parser("supervise", help="run a training job and restart it from its checkpoint when it crashes "
@@ -184,6 +197,44 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_embed(args) -> int:
+    from gnn_dist.comm import make_world_comm
+    from gnn_dist.context import RankContext, SetupError
+    from gnn_dist.embed import embed
+
+    comm = make_world_comm()
+    ctx = RankContext(comm)
+    try:
+        done = embed(ctx, EmbedConfig(**options_from_args(EmbedConfig, args)))
+    except SetupError as err:
+        if ctx.is_root:
+            _fail("embed", str(err))
+        return EXIT_SETUP
+    except Exception as err:  # noqa: BLE001 - one rank's failure must end the whole job
+        print(f"gnn-dist embed: error on rank {ctx.rank}: {type(err).__name__}: {err}", file=sys.stderr)
+        if ctx.size > 1:
+            comm.abort(EXIT_ERROR)
+        return EXIT_ERROR
+    if ctx.is_root:
+        print(f"wrote {done['out']}: {done['rows']:,} rows x {done['width']} (layer {done['layer']}), peak RSS per "
+              f"rank {', '.join(f'{v / 2**30:.2f}' for v in done['peak_rss_bytes_per_rank'])} GiB")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from gnn_dist.context import SetupError
+    from gnn_dist.export import export, spec_path
+
+    try:
+        spec = export(args.checkpoint_dir, args.out)
+    except (SetupError, OSError, ValueError) as err:
+        return _fail("export", str(err))
+    print(f"wrote {args.out} and {spec_path(args.out)}: {len(spec['layers'])} torch_geometric.nn.Sequential layers "
+          f"({spec['gnn_dist']['model']['model']}, {spec['gnn_dist']['in_channels']} -> "
+          f"{spec['gnn_dist']['out_channels']}); load it with gnn_dist.export.load_pyg or docs/export.md's lines")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:
@@ -194,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         return bench_main(argv[1:])
     if argv[:1] == ["supervise"]:
         return supervise(argv[1:])
-    if argv[:1] in (["train"], ["inspect"], ["partition"], ["convert"]):
+    if argv[:1] in (["train"], ["inspect"], ["partition"], ["convert"], ["embed"], ["export"]):
         import_plugins(argv)
     args = build_parser().parse_args(argv)
     if args.command == "partition":
@@ -205,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         from gnn_dist.partition.command import cmd_convert
 
         return cmd_convert(args)
-    handler = {"train": cmd_train, "inspect": cmd_inspect}[args.command]
+    handler = {"train": cmd_train, "inspect": cmd_inspect, "embed": cmd_embed, "export": cmd_export}[args.command]
     return handler(args)
 
 

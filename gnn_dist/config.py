@@ -173,6 +173,13 @@ class TrainConfig:
     timeout: float = option(600.0, "abort the job when a rank makes no progress for this many seconds (0: never)")
     predictions_out: str | None = option(None, ".npy of every node's predicted class, by original id (rank 0 "
                                                "writes it)", parse=str)
+    tensorboard: str | None = option(None, "write each epoch's scalars (loss, accuracies, bytes, times, memory) to "
+                                     "this TensorBoard log directory (rank 0; needs the tensorboard package)",
+                                     parse=str)
+    profile: str | None = option(None, "write one Chrome/Perfetto trace per rank of the --profile-epochs to this "
+                                 "directory (torch.profiler; trace-rank-NNNNN.json)", parse=str)
+    profile_epochs: str = option("1:3", "the epochs to trace with --profile, A:B as a Python range (default 1:3: "
+                                 "the second and third)")
     # Evaluation runs layer by layer over the owned nodes in chunks of this many rows (gnn_dist.layer_stack.
     # LayerStack.forward_layerwise): memory is one layer's activations plus a chunk, never a whole forward.
     eval_chunk_nodes: int = option(DEFAULT_EVAL_CHUNK_NODES, "evaluate layer by layer over chunks of this many "
@@ -253,10 +260,20 @@ class TrainConfig:
             raise ValueError("--resume needs --checkpoint-dir DIR (where the checkpoints are)")
         if self.timeout < 0:
             raise ValueError(f"--timeout must be 0 (off) or positive seconds, got {self.timeout}")
+        if self.profile is not None:
+            profile_range(self.profile_epochs)
         if self.simulate_link is not None:
             from gnn_dist.simulated_link import LinkModel
 
             LinkModel.parse(self.simulate_link)
+
+
+def profile_range(text: str) -> range:
+    """--profile-epochs A:B as range(A, B); ValueError naming the form otherwise."""
+    start, colon, stop = text.partition(":")
+    if not (colon and start.isdigit() and stop.isdigit() and int(start) < int(stop)):
+        raise ValueError(f"bad --profile-epochs {text!r}: give A:B with 0 <= A < B, e.g. 1:3 for epochs 1 and 2")
+    return range(int(start), int(stop))
 
 
 def _flag_fields(config_class, only=None):

@@ -93,11 +93,16 @@ class TrafficCounters:
     halo_rows: int = 0
     halo_rows_skipped: int = 0  # rows exact training would have sent but this schedule did not
     allreduce_bytes: int = 0    # payload this rank contributed to allreduces (0 on a single rank)
-    comm_s: float = 0.0         # wall time inside communication calls
+    comm_s: float = 0.0         # wall time inside communication calls (blocking ones, posting, and waiting)
+    wait_s: float = 0.0         # of which: waiting for non-blocking transfers to complete (what overlap did not hide)
 
     def reset(self) -> None:
         self.halo_bytes = self.halo_rows = self.halo_rows_skipped = self.allreduce_bytes = 0
-        self.comm_s = 0.0
+        self.comm_s = self.wait_s = 0.0
+
+    def waited(self, seconds: float) -> None:
+        self.comm_s += seconds
+        self.wait_s += seconds
 
     def take(self) -> TrafficCounters:
         """What was counted since the last reset, and a reset: one phase's figures (training, then evaluation)."""
@@ -156,9 +161,10 @@ class HaloExchanger:
         """Point-to-point: encode `rows` and start sending them to `dest` (sequential halos). Counts bytes and rows;
         the returned handle keeps the wire rows alive until wait()."""
         self.beat(self.activity)
-        wire = self.codec.encode(rows)
-        start = time.perf_counter()
-        pending = self.comm.isend(wire, dest, tag)
+        with torch.profiler.record_function("halo exchange"):
+            wire = self.codec.encode(rows)
+            start = time.perf_counter()
+            pending = self.comm.isend(wire, dest, tag)
         self.counters.comm_s += time.perf_counter() - start
         if dest != self.plan.rank:
             self.counters.halo_bytes += wire.numel() * wire.element_size()
@@ -186,6 +192,10 @@ class HaloExchanger:
         Non-blocking: returns a Pending whose wait() also decodes.
         """
         self.beat(self.activity)
+        with torch.profiler.record_function("halo exchange"):
+            return self._send_rows(send, send_counts, recv, recv_counts, blocking)
+
+    def _send_rows(self, send, send_counts, recv, recv_counts, blocking) -> Pending | None:
         wire_send = self.codec.encode(send)
         wire_recv = recv if self.codec.identity and recv.is_contiguous() \
             else self.codec.empty_wire(recv.shape[0], recv.shape[1])
@@ -240,7 +250,8 @@ class HaloExchanger:
         if self.comm.size > 1:
             self.beat(f"epoch {self.epoch}: allreduce of {tensor.numel()} values")
             start = time.perf_counter()
-            self.comm.allreduce_(tensor)
+            with torch.profiler.record_function("allreduce"):
+                self.comm.allreduce_(tensor)
             self.counters.comm_s += time.perf_counter() - start
             self.counters.allreduce_bytes += tensor.numel() * tensor.element_size()
 
@@ -288,8 +299,9 @@ class _Timed(Pending):
 
     def wait(self) -> None:
         start = time.perf_counter()
-        self.inner.wait()
-        self.ex.counters.comm_s += time.perf_counter() - start
+        with torch.profiler.record_function("wait"):
+            self.inner.wait()
+        self.ex.counters.waited(time.perf_counter() - start)
 
 
 class _DecodeOnWait(Pending):
@@ -302,8 +314,9 @@ class _DecodeOnWait(Pending):
         if self.done:
             return
         start = time.perf_counter()
-        self.inner.wait()
-        self.ex.counters.comm_s += time.perf_counter() - start
+        with torch.profiler.record_function("wait"):
+            self.inner.wait()
+        self.ex.counters.waited(time.perf_counter() - start)
         self.codec.decode(self.wire, self.out)
         self.done = True
 

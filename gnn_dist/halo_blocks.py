@@ -253,7 +253,6 @@ class _SequentialAggregate(torch.autograd.Function):
     def forward(ctx, x_owned, bias, blocked: BlockedOperator, ex: HaloExchanger, slot: str):  # type: ignore[override]
         transfers = ex.active_schedule(slot).block_pass(ex, slot, x_owned)
         ctx.blocked, ctx.ex, ctx.slot, ctx.has_bias, ctx.transfers = blocked, ex, slot, bias is not None, transfers
-        out = _matmul(blocked.owned.matrix, x_owned, bias)
         ex.activity = f"epoch {ex.epoch}: {slot} sequential forward halo exchange"
         tag = message_tag(slot, FORWARD_ROWS)
 
@@ -265,6 +264,7 @@ class _SequentialAggregate(torch.autograd.Function):
 
         exchanges = blocked.exchanges
         ahead = post(exchanges[0]) if exchanges else None
+        out = _matmul(blocked.owned.matrix, x_owned, bias)  # the owned columns, while the first block travels
         for k, exchange in enumerate(exchanges):
             sends, receive, buffer = ahead
             ahead = post(exchanges[k + 1]) if k + 1 < len(exchanges) else None
@@ -282,7 +282,6 @@ class _SequentialAggregate(torch.autograd.Function):
     def backward(ctx, grad_out):  # type: ignore[override]
         blocked, ex, transfers = ctx.blocked, ctx.ex, ctx.transfers
         grad_out = grad_out.contiguous()
-        grad_x = _matmul(blocked.owned.transpose, grad_out)
         ex.activity = f"epoch {ex.epoch}: {ctx.slot} sequential backward halo exchange"
         tag = message_tag(ctx.slot, BACKWARD_GRADIENTS)
         transfers.begin_backward()
@@ -294,6 +293,7 @@ class _SequentialAggregate(torch.autograd.Function):
 
         exchanges = blocked.exchanges
         ahead = post_receive(exchanges[0]) if exchanges else None
+        grad_x = _matmul(blocked.owned.transpose, grad_out)
         for k, exchange in enumerate(exchanges):
             block = exchange.block
             receive, incoming = ahead

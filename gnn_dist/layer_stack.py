@@ -94,8 +94,9 @@ class LayerStack(nn.Module):
         self.exchanger.shaping_parameters[self.convs[k].slot] = torch.cat([p.reshape(-1) for p in shaping])
 
     @torch.no_grad()
-    def forward_layerwise(self, x_full: torch.Tensor, chunk_nodes: int) -> torch.Tensor:
-        """Eval-mode logits of all owned nodes, one layer at a time, in chunks of `chunk_nodes` rows.
+    def forward_layerwise(self, x_full: torch.Tensor, chunk_nodes: int, upto: int | None = None) -> torch.Tensor:
+        """Eval-mode logits of all owned nodes, one layer at a time, in chunks of `chunk_nodes` rows; with `upto`,
+        the output of layer `upto` instead (a hidden layer's after its BatchNorm and ReLU: the next layer's input).
 
         Equal to forward() in eval mode. Each layer's input rows travel once
         (the same rows and bytes as forward) and are freed after the layer.
@@ -113,14 +114,14 @@ class LayerStack(nn.Module):
         if self.training:
             # BatchNorm would then reduce statistics per chunk, and chunk counts differ across ranks.
             raise RuntimeError("forward_layerwise computes eval-mode logits: call model.eval() first")
-        if self.graph.blocked is not None:
+        if self.graph.blocked is not None and upto is None:
             # Sequential halos already hold one layer's owned rows and one halo block at a time.
             return self.forward(x_full)
         self.exchanger.begin_pass(self.epoch, False)
         n = self.graph.n_owned
         h = x_full[:n].float()
         last = len(self.convs) - 1
-        for k, conv in enumerate(self.convs):
+        for k, conv in enumerate(self.convs[:None if upto is None else upto + 1]):
             owned = conv.transform(h)
             # Layer 0's halo inputs are the cached features: nothing to exchange.
             halo = conv.transform(x_full[n:].float()) if k == 0 else self.exchanger.halo_rows(owned, conv.slot)

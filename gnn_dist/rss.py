@@ -99,28 +99,54 @@ MMAP_THRESHOLD_BYTES = 1 << 20
 
 
 def return_large_blocks_on_free() -> None:
-    """Serve every allocation of 1 MiB or more by its own mmap, so freeing it returns it to the OS at once.
+    """Serve every malloc of 1 MiB or more by its own mmap, so freeing it returns it to the OS at once.
 
-    glibc raises its mmap threshold (up to 32 MiB) each time a large block is
-    freed, after which such blocks come from the heap and stay resident when
-    freed. A rank's activations are exactly such blocks, allocated and freed
-    every epoch, so the heap grew to hold the largest mix ever seen at once.
-    Measured on synthetic:arxiv, GCN 3x256: 17% less peak RSS per rank at
-    P=4 (717 -> 594 MiB) and 6% at P=1, epoch time within noise.
+    glibc raises its mmap threshold (up to 32 MiB) each time a large block is freed, after which such blocks
+    come from the heap and stay resident when freed; a process whose large arrays are allocated and freed
+    phase by phase then keeps the largest mix ever seen (benchmarks/results/memory-scaling-synthetic-arxiv.md).
+    Torch's own tensors go to the workspace allocator instead (use_workspace), which reuses them.
     """
     if _MALLOPT is not None:
         _MALLOPT(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
+ALLOCATOR_ENV = "GNN_DIST_ALLOCATOR"
+
+
+def use_workspace() -> bool:
+    """Serve torch's CPU tensors of 1 MiB or more from the workspace allocator (kernels/workspace_allocator.cpp):
+    blocks freed in one epoch serve the same sizes in the next, with no new mapping, no page faults and no
+    zero-filling, and the mapped total never above the largest total ever alive (so peak RSS is what unmapping
+    every block at once gives). Returns whether it is on: GNN_DIST_ALLOCATOR=system, or no native kernel, keeps
+    malloc with large blocks mapped on their own (return_large_blocks_on_free)."""
+    return_large_blocks_on_free()
+    if os.environ.get(ALLOCATOR_ENV, "workspace") == "system":
+        return False
+    from gnn_dist.kernels.native import native_module
+
+    native = native_module()
+    if native is None:
+        return False
+    native.install_workspace_allocator(MMAP_THRESHOLD_BYTES, float(os.environ.get("GNN_DIST_WORKSPACE_SLACK", "0")))
+    return True
+
+
+def workspace_stats() -> dict[str, int]:
+    """The workspace allocator's counters (maps, reuses, unmaps, alive/cached/high-water bytes); {} when off."""
+    from gnn_dist.kernels.native import native_module
+
+    native = native_module()
+    return dict(native.workspace_stats()) if native is not None else {}
+
+
 def release_free_heap() -> None:
     """Hand the heap's free pages back to the OS (glibc's malloc_trim; a no-op elsewhere).
 
-    The many tensors of one phase (sampled blocks, per-step temporaries) come
-    from malloc's heap; when they are freed, glibc keeps most of those pages
-    resident for reuse, and the next phase's large buffers (mmapped) then add
-    to them. Trimming between phases keeps a phase's peak its own
-    (measured: 230 MB less at evaluation after sampled training on
-    synthetic:medium).
+    The many small tensors and arrays of one phase (sampled blocks, per-step temporaries) come from malloc's
+    heap; when they are freed, glibc keeps most of those pages resident for reuse, and the next phase's
+    buffers then add to them. Trimming between phases keeps a phase's peak its own
+    (benchmarks/results/sampled-memory-synthetic-medium.md). The workspace's cached blocks stay: they are the
+    next epoch's tensors, and never take the total above the largest ever alive.
     """
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)

@@ -20,7 +20,7 @@ KERNEL_ENV = "GNN_DIST_KERNEL"
 # killed half way (Ctrl-C, a job torn down on its first run) leaves it for good, and every later run would
 # wait forever before its first epoch; a build takes a minute or two, so a lock this old is a dead one's.
 STALE_BUILD_LOCK_S = 600
-_SOURCE = Path(__file__).with_name("native_kernels.cpp")
+_SOURCES = [Path(__file__).with_name(name) for name in ("native_kernels.cpp", "workspace_allocator.cpp")]
 _lock = threading.Lock()
 _module = None
 _failed: str | None = None
@@ -44,11 +44,14 @@ def native_module():
                 # The build is named by its source's digest: checkouts with different kernel sources (an
                 # older release beside this one, benchmarks of two commits) never rebuild over each other's
                 # build while the other's ranks are loading it.
-                digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
+                digest = hashlib.sha256(b"".join(source.read_bytes() for source in _SOURCES)).hexdigest()[:12]
                 name = f"gnn_dist_native_kernels_{digest}"
-                _remove_stale_build_lock(Path(cpp._get_build_directory(name, verbose=False)) / "lock")
-                _module = cpp.load(name=name, sources=[str(_SOURCE)],
-                                   extra_cflags=["-O3", "-march=native"], verbose=False)
+                build = Path(cpp._get_build_directory(name, verbose=False))
+                _module = _load_built(cpp, name, build)
+                if _module is None:
+                    _remove_stale_build_lock(build / "lock")
+                    _module = cpp.load(name=name, sources=[str(source) for source in _SOURCES],
+                                       extra_cflags=["-O3", "-march=native"], verbose=False)
             except Exception as err:  # noqa: BLE001 - any build problem means: use the fallback
                 _failed = f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"
                 if choice == "native":
@@ -57,6 +60,21 @@ def native_module():
                 warnings.warn(f"gnn-dist: native CSR kernel unavailable ({_failed}); using torch's sparse "
                               f"kernels (slower). Install a C++ compiler and ninja to enable it.", stacklevel=2)
     return _module
+
+
+def _load_built(cpp, name: str, build: Path):
+    """The module already built under this name, loaded without taking torch's build lock; None when absent.
+
+    The name carries the sources' digest, so a built library of that name is what a build would make now.
+    Loading it directly spares every run after the first build torch's lock, whose waiters wait without a
+    bound: one rank killed while it held the lock (a job torn down at start) would hang every later run."""
+    library = build / f"{name}.so"
+    if not library.is_file() or (build / "lock").exists():
+        return None
+    try:
+        return cpp._import_module_from_library(name, str(build), True)
+    except (ImportError, OSError):
+        return None  # half written by a killed build: build it again
 
 
 def _remove_stale_build_lock(lock: Path, max_age_s: float = STALE_BUILD_LOCK_S) -> bool:

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <unordered_map>
 #include <vector>
 #include <ATen/Parallel.h>
 
@@ -514,7 +516,16 @@ std::vector<torch::Tensor> attention_backward(torch::Tensor crow, torch::Tensor 
   return {grad_source, grad_dst};
 }
 
+// kernels/workspace_allocator.cpp
+void install_workspace_allocator(int64_t threshold_bytes, double slack);
+std::unordered_map<std::string, int64_t> workspace_stats();
+void release_workspace();
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("install_workspace_allocator", &install_workspace_allocator,
+        "serve CPU tensors of at least threshold bytes from a cache of blocks freed earlier");
+  m.def("workspace_stats", &workspace_stats, "the workspace allocator's counters");
+  m.def("release_workspace", &release_workspace, "unmap the workspace's cached blocks");
   m.def("attention_forward", &attention_forward, "GAT edge softmax and aggregation over a CSR");
   m.def("attention_backward", &attention_backward, "its backward, recomputing the attention");
   m.def("relabel_hop", &relabel_hop, "positions of a hop's sources in [nodes | new sources]");

@@ -158,5 +158,6 @@ def spmm(op: SparseOperator, x: torch.Tensor, bias: torch.Tensor | None = None) 
     """
     if x.shape[0] != op.shape[1]:
         raise ValueError(f"spmm: operator has {op.shape[1]} columns but x has {x.shape[0]} rows")
-    return _SpMM.apply(op, x, bias)
+    with torch.profiler.record_function("spmm"):
+        return _SpMM.apply(op, x, bias)
 

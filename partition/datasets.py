@@ -373,7 +373,7 @@ def _already_chunked(arg, root, out, **options):
 
 
 # The built-in datasets, in the order error messages list them.
-register_dataset("synthetic", "synthetic:tiny|small|weak|arxiv|medium|large|products", sizes=_synthetic_sizes,
+register_dataset("synthetic", "synthetic:tiny|small|weak|sbm60k|arxiv|medium|large|products", sizes=_synthetic_sizes,
                  convert=_convert_synthetic)(lambda arg, root, *, seed, download: make_synthetic(arg, seed))
 register_dataset("planetoid", "planetoid:Cora|CiteSeer|PubMed")(
     lambda arg, root, *, seed, download: load_planetoid(arg, _need_root(f"planetoid:{arg}", root)))

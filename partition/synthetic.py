@@ -39,6 +39,9 @@ PRESETS: dict[str, SyntheticSpec] = {
     # nodes of one class, where 50% would be chance) and no community structure for METIS to follow, so it
     # cuts over 40% of the edges at P=4; the features carry a weak class signal.
     "weak": SyntheticSpec(20_000, 100_000, 32, 2, 0.1, 0.3, (0.6, 0.2, 0.2)),
+    # The speed benchmarks' graph (gnn_dist.benchmarks.regression): 60k nodes, about 600k directed edges after
+    # symmetrisation, 128 features.
+    "sbm60k": SyntheticSpec(60_000, 300_000, 128, 40, 0.65, 0.1, (0.54, 0.18, 0.28)),
     # ogbn-arxiv's size: 169,343 nodes, 1,166,243 directed edges, 128 features, 40 classes;
     # its time split is 54% / 18% / 28%.
     "arxiv": SyntheticSpec(169_343, 1_166_243, 128, 40, 0.65, 0.1, (0.54, 0.18, 0.28)),

@@ -29,7 +29,7 @@ def test_sequential_model_equals_pyg_on_the_whole_graph(partitioned, model, hidd
     for *_, local in results:
         blocked = local.blocked
         assert blocked is not None
-        assert (len(blocked.steps) > 0) == (num_parts > 1)
+        assert (len(blocked.exchanges) > 0) == (num_parts > 1)
         if block_rows:
             assert max(b.col_stop - b.col_start for b in blocked.blocks) <= block_rows
     assert_equal_to_pyg(results, config, graph)

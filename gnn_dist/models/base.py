@@ -64,7 +64,9 @@ class DistConv(nn.Module):
         update(aggregated, root)   output rows from their aggregation (and their own input when needs_root)
         normalise(rows, cols, deg, start, n_rows)   the full-graph operator's entries of a row range
         block_operator(block)         a sampled block's operator
-        pyg_conv(in_dim, out_dim), pyg_parameter_names()   the PyG layer the tests compare it with
+        pyg_spec(in_dim, out_dim) or pyg_conv(in_dim, out_dim), pyg_parameter_names()
+                                          the PyG layer the tests compare it with (and `gnn-dist export` writes:
+                                          pyg_spec names its class and arguments, so only a layer with one exports)
         pyg_block_conv(in_dim, out_dim)   optional: what its forward_block equals in PyG on a sampled block
                                           (default: pyg_conv on the bipartite pair of the block's rows)
 
@@ -125,6 +127,20 @@ class DistConv(nn.Module):
         return sum(p.numel() for p in cls(in_dim, out_dim, None, None, "count", **layer_options).parameters())
 
     @classmethod
+    def pyg_spec(cls, in_dim: int, out_dim: int, **layer_options) -> tuple[str, dict] | None:
+        """("module.Class", keyword arguments) of the PyG layer this one equals, in JSON (gnn-dist export writes it);
+        None when it has none that plain arguments build."""
+        return None
+
+    @classmethod
+    def pyg_conv(cls, in_dim: int, out_dim: int, **layer_options) -> nn.Module:
+        """The PyG layer this one equals (the tests' reference): pyg_spec's, unless a model builds its own."""
+        spec = cls.pyg_spec(in_dim, out_dim, **layer_options)
+        if spec is None:
+            raise NotImplementedError(f"--model {cls.name} names no PyG layer (pyg_spec or pyg_conv)")
+        return build_module(*spec)
+
+    @classmethod
     def pyg_block_conv(cls, in_dim: int, out_dim: int, **layer_options) -> nn.Module:
         """The PyG computation forward_block equals on a sampled block (tests compare them): a module called as
         module(h_src, n_dst, edge_index) -> [n_dst, out_dim] whose `reference` holds the parameters named as
@@ -134,7 +150,9 @@ class DistConv(nn.Module):
 
     def combine(self, op: SparseOperator, source: torch.Tensor, root: torch.Tensor | None) -> torch.Tensor:
         """Output rows of op's rows from the rows `source` it aggregates (and `root`, those rows' own input)."""
-        return self.update(spmm(op, source, self.aggregation_bias), root)
+        aggregated = spmm(op, source, self.aggregation_bias)
+        with torch.profiler.record_function("dense"):
+            return self.update(aggregated, root)
 
     def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None,
                 halo_source=None) -> torch.Tensor:
@@ -153,6 +171,14 @@ class DistConv(nn.Module):
         if halo.shape[0]:
             aggregated += spmm(from_halo, halo)
         return aggregated
+
+
+def build_module(path: str, kwargs: dict) -> nn.Module:
+    """A module from its dotted class path and keyword arguments (what an exported model's JSON lists)."""
+    import importlib
+
+    module_name, _, class_name = path.rpartition(".")
+    return getattr(importlib.import_module(module_name), class_name)(**kwargs)
 
 
 class PygOnBlock(nn.Module):
@@ -187,10 +213,12 @@ def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> tor
     if isinstance(x, list):
         x = x.pop()
     if x_full is not None:
-        source = conv.transform(x_full)
+        with torch.profiler.record_function("dense"):
+            source = conv.transform(x_full)
         root = x_full[:conv.operator.shape[0]] if conv.needs_root else None
         return conv.combine(conv.operator, source, root)
-    source = conv.transform(x)
+    with torch.profiler.record_function("dense"):
+        source = conv.transform(x)
     root = x if conv.needs_root else None
     del x
     if conv.blocked is None:
@@ -201,4 +229,5 @@ def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> tor
         aggregated = aggregate_local(conv.blocked, source, lambda start, stop: conv.transform(halo_source(start, stop)),
                                      conv.aggregation_bias)
     del source
-    return conv.update(aggregated, root)
+    with torch.profiler.record_function("dense"):
+        return conv.update(aggregated, root)

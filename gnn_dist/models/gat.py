@@ -159,10 +159,9 @@ class DistGATConv(DistConv):
         return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0]), (block.n_dst, block.n_src))
 
     @staticmethod
-    def pyg_conv(in_dim: int, out_dim: int, heads: int = 1, attn_dropout: float = 0.0) -> nn.Module:
-        from torch_geometric.nn import GATConv
-
-        return GATConv(in_dim, out_dim // heads, heads=heads, concat=True, dropout=attn_dropout)
+    def pyg_spec(in_dim: int, out_dim: int, heads: int = 1, attn_dropout: float = 0.0) -> tuple[str, dict]:
+        return "torch_geometric.nn.GATConv", {"in_channels": in_dim, "out_channels": out_dim // heads, "heads": heads,
+                                              "concat": True, "dropout": attn_dropout}
 
     @staticmethod
     def pyg_parameter_names() -> dict[str, str]:

@@ -53,10 +53,8 @@ class DistGCNConv(DistConv):
         return SparseOperator.from_coo(rows, cols, values, (block.n_dst, block.n_src))
 
     @staticmethod
-    def pyg_conv(in_dim: int, out_dim: int) -> nn.Module:
-        from torch_geometric.nn import GCNConv
-
-        return GCNConv(in_dim, out_dim)
+    def pyg_spec(in_dim: int, out_dim: int) -> tuple[str, dict]:
+        return "torch_geometric.nn.GCNConv", {"in_channels": in_dim, "out_channels": out_dim}
 
     @staticmethod
     def pyg_parameter_names() -> dict[str, str]:

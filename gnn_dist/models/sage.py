@@ -51,10 +51,8 @@ class DistSAGEConv(DistConv):
         return SparseOperator.from_coo(block.dst, block.src, 1.0 / counts[block.dst], (block.n_dst, block.n_src))
 
     @staticmethod
-    def pyg_conv(in_dim: int, out_dim: int) -> nn.Module:
-        from torch_geometric.nn import SAGEConv
-
-        return SAGEConv(in_dim, out_dim)
+    def pyg_spec(in_dim: int, out_dim: int) -> tuple[str, dict]:
+        return "torch_geometric.nn.SAGEConv", {"in_channels": in_dim, "out_channels": out_dim}
 
     @staticmethod
     def pyg_parameter_names() -> dict[str, str]:

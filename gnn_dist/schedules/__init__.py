@@ -19,8 +19,9 @@ Input-feature halos are fetched once at start-up under every schedule.
                    P of its halo rows, chosen by a hash of (seed, epoch, node,
                    receiver) that owner and receiver both compute, so no ids
                    travel. Dropped rows contribute nothing; kept rows keep the
-                   full-graph normalisation (as BNS-GCN's code keeps the full
-                   in-degree). Gradients flow back for kept rows only. bns:1 is exact.
+                   full-graph normalisation, unscaled (BNS-GCN's code divides
+                   them by P: see bns.py for why not). Gradients flow back for
+                   kept rows only. bns:1 is exact.
     adaptive:E[:K] Sancus-style skipping: per peer, a rank skips sending a block when
                    what shapes it changed by less than E (relative) since it was last
                    sent, at most K (default 4) times in a row; the receiver reuses the

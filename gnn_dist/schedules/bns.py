@@ -1,4 +1,12 @@
-"""bns:P: BNS-GCN boundary-node sampling (see gnn_dist.schedules)."""
+"""bns:P: BNS-GCN boundary-node sampling (see gnn_dist.schedules).
+
+Kept rows enter the aggregation with the full graph's normalisation and are not rescaled. BNS-GCN's code
+divides each kept row by the keep fraction (an unbiased estimate of the whole boundary's sum). Both were
+measured (benchmarks/results/bns-rescaling.md): the rescaled estimate gains a little where the cut is small,
+and loses several points where half of the edges are cut, because a tenth of the boundary multiplied by ten
+makes the aggregation of most nodes noisy. Unscaled, the boundary counts for P of its weight, a bias the
+schedule battery's graphs tolerate (benchmarks/results/schedules-battery.md).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 
 from gnn_dist.training.gradients import flat_buffer, sync_gradients
@@ -42,7 +43,8 @@ class FullBatchMode:
     def train_epoch(self, epoch: int) -> dict:
         loss = self.compute_gradients(epoch)
         check_finite(loss, epoch)
-        self.state.optimizer.step()
+        with torch.profiler.record_function("optimizer step"):
+            self.state.optimizer.step()
         return {"loss": loss}
 
     def epoch_metrics(self, figures: dict, epoch_s: float) -> dict:

@@ -6,14 +6,18 @@ ranks, writes the metrics record and, on schedule, a checkpoint.
 """
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
+
+import torch
 
 from gnn_dist.checkpoint import save_checkpoint
-from gnn_dist.config import TrainConfig
+from gnn_dist.config import TrainConfig, profile_range
 from gnn_dist.context import RankContext
 from gnn_dist.log import rank_logger
 from gnn_dist.metrics import summarise
-from gnn_dist.rss import PhasePeaks, peak_rss_bytes, release_free_heap, return_large_blocks_on_free
+from gnn_dist.rss import PhasePeaks, peak_rss_bytes, release_free_heap, use_workspace
 from gnn_dist.simulated_link import LinkModel
 from gnn_dist.supervise import restarts_so_far
 from gnn_dist.training.evaluation import evaluate, write_predictions
@@ -35,8 +39,11 @@ def run_epochs(state: RankState) -> list[dict]:
     last_acc = {k: records[-1][k] for k in ("train_acc", "val_acc", "test_acc")} if records else \
         {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0}
     beat = state.watchdog.beat
+    tracer = EpochTracer(config.profile, config.profile_epochs, ctx.rank) if config.profile else None
     for epoch in range(state.start_epoch, config.epochs):
         maybe_inject_failure(ctx.rank, epoch)
+        if tracer is not None:
+            tracer.before(epoch)
         enter_phase(state, "train")
         if state.guard is not None:
             state.exchanger.guard_exact = state.guard.exact_now(epoch)
@@ -60,13 +67,14 @@ def run_epochs(state: RankState) -> list[dict]:
         halo_bytes, halo_rows, allreduce_bytes, rows_skipped, eval_halo_bytes = sum_over_ranks(
             ctx, [trained.halo_bytes, trained.halo_rows, trained.allreduce_bytes, trained.halo_rows_skipped,
                   evaluation.halo_bytes])
-        slowest = max_over_ranks(ctx, [epoch_s, trained.comm_s, eval_s])
+        slowest = max_over_ranks(ctx, [epoch_s, trained.comm_s, trained.wait_s, epoch_s - trained.comm_s, eval_s])
         if state.guard is not None:
             watch_divergence(state, epoch, loss, last_acc["val_acc"] if evaluated else None)
         record = {
             "epoch": epoch, "loss": loss, **last_acc,
             "guard_exact": state.exchanger.guard_exact,
-            "epoch_s": slowest[0], "comm_s": slowest[1], "eval_s": slowest[2],
+            "epoch_s": slowest[0], "comm_s": slowest[1], "wait_s": slowest[2], "compute_s": slowest[3],
+            "eval_s": slowest[4],
             "halo_bytes": int(halo_bytes), "halo_rows": int(halo_rows), "halo_rows_skipped": int(rows_skipped),
             "eval_halo_bytes": int(eval_halo_bytes),
             "allreduce_bytes": int(allreduce_bytes),
@@ -82,9 +90,44 @@ def run_epochs(state: RankState) -> list[dict]:
             bar.set_postfix(loss=f"{loss:.4f}", val=f"{last_acc['val_acc']:.3f}",
                             MB=f"{halo_bytes / 1e6:.1f}", refresh=False)
             bar.update(1)
+        if tracer is not None:
+            tracer.after(epoch)
+    if tracer is not None:
+        tracer.close()
     if bar is not None:
         bar.close()
     return records
+
+
+class EpochTracer:
+    """--profile DIR --profile-epochs A:B: torch.profiler over epochs A..B-1 (training and evaluation), one
+    Chrome/Perfetto trace per rank, DIR/trace-rank-NNNNN.json (named by rank, so ranks never overwrite each
+    other's). The spans that matter are named where they run: halo exchange, wait, spmm, dense, allreduce and
+    optimizer step."""
+
+    def __init__(self, directory: str, epochs: str, rank: int):
+        self.epochs = profile_range(epochs)
+        self.path = Path(directory) / f"trace-rank-{rank:05d}.json"
+        self.profiler = None
+
+    def before(self, epoch: int) -> None:
+        if epoch == self.epochs.start:
+            self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            self.profiler.start()
+
+    def after(self, epoch: int) -> None:
+        if self.profiler is not None and epoch == self.epochs.stop - 1:
+            self.close()
+
+    def close(self) -> None:
+        if self.profiler is None:
+            return
+        self.profiler.stop()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name(self.path.name + ".partial")
+        self.profiler.export_chrome_trace(str(partial))
+        os.replace(partial, self.path)
+        self.profiler = None
 
 
 def watch_divergence(state: RankState, epoch: int, loss: float, val_acc: float | None) -> None:
@@ -126,7 +169,7 @@ def memory_report(ctx: RankContext, memory: PhasePeaks) -> dict:
 
 def train(ctx: RankContext, config: TrainConfig) -> dict:
     """Train on this rank's part; returns the final record (the same on every rank)."""
-    return_large_blocks_on_free()
+    use_workspace()
     memory = PhasePeaks("setup")
     try:
         state = setup(ctx, config)

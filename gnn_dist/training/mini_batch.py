@@ -103,7 +103,8 @@ class MiniBatchMode:
                                                            divisor=lambda totals: max(totals[1], 1.0))
             losses.append(global_loss_sum / max(global_seeds, 1.0))
             check_finite(losses[-1], epoch)
-            state.optimizer.step()
+            with torch.profiler.record_function("optimizer step"):
+                state.optimizer.step()
             compute_s += time.perf_counter() - start
             seeds_total += int(global_seeds)
             state.watchdog.beat(f"epoch {epoch}: sampled step {step}")

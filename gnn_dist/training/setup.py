@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -70,8 +71,11 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
         part = load_part(config.parts, ctx.rank, meta)
         if config.checkpoint_dir:
             check_writable(config.checkpoint_dir, "--checkpoint-dir")
+        if config.profile:
+            check_writable(config.profile, "--profile")
         native_module()  # build (or load) the kernel now, not inside the first epoch the watchdog times
-        metrics = MetricsWriter(config.metrics_out if ctx.is_root else None)
+        metrics = MetricsWriter(config.metrics_out if ctx.is_root else None,
+                                tensorboard=config.tensorboard if ctx.is_root else None)
         return meta, part, metrics
 
     meta, part, metrics = agree_on_setup(ctx, build_local)  # type: ignore[misc]
@@ -172,7 +176,7 @@ def check_writable(directory: str, option: str) -> None:
     path = Path(directory)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
+        probe = path / f".write-test-{os.getpid()}-{threading.get_ident()}"  # simulated ranks share a pid
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:

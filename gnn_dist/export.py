@@ -1,0 +1,122 @@
+"""`gnn-dist export`: a trained model as a plain PyTorch Geometric module that loads without gnn-dist.
+
+    gnn-dist export --checkpoint-dir CK --out model.pt        # writes model.pt and model.json beside it
+
+model.pt is the `state_dict` (torch.save) of a `torch_geometric.nn.Sequential` over (x, edge_index) holding
+each layer's PyG equivalent, as the model registry names it (DistConv.pyg_spec: GCNConv, SAGEConv,
+GATConv), with Dropout before every conv and BatchNorm1d and ReLU between them, as gnn-dist's layer stack
+runs them. model.json lists the layers (class path, arguments, how each is called) and what gnn-dist trained.
+Without gnn-dist (docs/export.md):
+
+    import importlib, json, torch, torch_geometric.nn as pyg
+    spec = json.load(open("model.json"))
+    make = lambda l: getattr(importlib.import_module(l["module"].rpartition(".")[0]), l["module"].rpartition(".")[2])
+    model = pyg.Sequential(spec["input"], [(make(l)(**l["kwargs"]), l["call"]) for l in spec["layers"]]).eval()
+    model.load_state_dict(torch.load("model.pt", weights_only=True))
+
+`load_pyg(path)` does that. The model then runs on the whole graph as gnn-dist partitioned it: undirected
+(both directions of every edge), without self loops, features as partitioned (--normalize-features included).
+A model whose layer has no PyG equivalent built from plain arguments is refused with one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from gnn_dist.config import ModelConfig
+from gnn_dist.context import SetupError
+from gnn_dist.models import model_class
+from gnn_dist.models.base import build_module
+
+FORMAT = "gnn-dist-pyg-1"
+INPUT = "x, edge_index"
+
+
+def spec_path(path: str | os.PathLike) -> Path:
+    return Path(path).with_suffix(".json")
+
+
+def pyg_layers(config: ModelConfig, in_dim: int, out_dim: int) -> tuple[list[dict], dict[str, str]]:
+    """The layers of the exported Sequential, and our state_dict key -> its key."""
+    conv_class = model_class(config.model)
+    layers, names = [], {}
+    widths = config.layers(in_dim, out_dim)
+    for k, (i, o, options) in enumerate(widths):
+        spec = conv_class.pyg_spec(i, o, **options)
+        if spec is None:
+            raise SetupError(f"--model {config.model} has no PyG layer that plain arguments build, so it cannot be "
+                             f"exported as a torch_geometric module: use gnn-dist embed for its outputs instead")
+        layers.append({"module": "torch.nn.Dropout", "kwargs": {"p": config.dropout}, "call": "x -> x"})
+        index = len(layers)
+        layers.append({"module": spec[0], "kwargs": spec[1], "call": f"{INPUT} -> x"})
+        for ours, theirs in conv_class.pyg_parameter_names().items():
+            names[f"convs.{k}.{ours}"] = f"module_{index}.{theirs}"
+        if k < len(widths) - 1:
+            if config.batch_norm:
+                index = len(layers)
+                layers.append({"module": "torch.nn.BatchNorm1d", "kwargs": {"num_features": o}, "call": "x -> x"})
+                for name in ("weight", "bias", "running_mean", "running_var"):
+                    names[f"norms.{k}.{name}"] = f"module_{index}.{name}"
+            layers.append({"module": "torch.nn.ReLU", "kwargs": {}, "call": "x -> x"})
+    return layers, names
+
+
+def build(spec: dict) -> nn.Module:
+    """The Sequential a spec (model.json) describes, with fresh parameters."""
+    from torch_geometric.nn import Sequential
+
+    if spec.get("format") != FORMAT:
+        raise ValueError(f"not a gnn-dist export (format {spec.get('format')!r}, expected {FORMAT})")
+    return Sequential(spec["input"], [(build_module(layer["module"], layer["kwargs"]), layer["call"])
+                                      for layer in spec["layers"]])
+
+
+def export(checkpoint_dir: str, out: str) -> dict:
+    """Write out (state_dict) and its .json spec from the newest checkpoint; returns the spec."""
+    from gnn_dist.checkpoint import trained_model
+
+    fields, weights, manifest = trained_model(checkpoint_dir)
+    config = ModelConfig(**fields)
+    config.validate()
+    in_dim, out_dim = _io_widths(config, weights, manifest)
+    layers, names = pyg_layers(config, in_dim, out_dim)
+    spec = {"format": FORMAT, "input": INPUT, "layers": layers,
+            "gnn_dist": {"model": fields, "in_channels": in_dim, "out_channels": out_dim,
+                         "graph": manifest.get("graph"), "epochs": manifest.get("next_epoch")}}
+    module = build(spec)
+    state = module.state_dict()
+    for ours, theirs in names.items():
+        state[theirs] = weights[ours].reshape(state[theirs].shape).clone()
+    module.load_state_dict(state)  # every one of ours has a place, and the shapes agree
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for path, write in ((target, lambda p: torch.save(module.state_dict(), p)),
+                        (spec_path(target), lambda p: p.write_text(json.dumps(spec, indent=1)))):
+        tmp = path.with_name(f".{path.name}.partial")
+        write(tmp)
+        os.replace(tmp, path)
+    return spec
+
+
+def _io_widths(config: ModelConfig, weights: dict, manifest: dict) -> tuple[int, int]:
+    """The model's input and output widths: as the checkpoint recorded them, or (older checkpoints) from the
+    first layer's and the last layer's weight matrices ([out, in], as torch and PyG store them)."""
+    if "widths" in manifest:
+        return tuple(manifest["widths"])  # type: ignore[return-value]
+    names = [n for n in model_class(config.model).pyg_parameter_names() if n.endswith("weight")]
+    first = next(weights[f"convs.0.{n}"] for n in names if weights[f"convs.0.{n}"].dim() == 2)
+    last = next(weights[f"convs.{config.num_layers - 1}.{n}"] for n in names
+                if weights[f"convs.{config.num_layers - 1}.{n}"].dim() == 2)
+    return int(first.shape[1]), int(last.shape[0])
+
+
+def load_pyg(path: str | os.PathLike) -> nn.Module:
+    """The exported module (eval mode), from path and the .json beside it."""
+    spec = json.loads(spec_path(path).read_text())
+    module = build(spec)
+    module.load_state_dict(torch.load(path, weights_only=True))
+    return module.eval()
