@@ -48,7 +48,7 @@ MANIFEST = "MANIFEST.json"
 REPLICATED = "replicated.pt"
 CHECKPOINT_FORMAT = 2
 # What a resumed run must share with the run that wrote the checkpoint (the model: every ModelConfig option).
-RESUME_MUST_MATCH = ("model", "schedule", "halo_dtype")
+RESUME_MUST_MATCH = ("model", "task", "schedule", "halo_dtype")
 
 
 class CheckpointError(SetupError):
@@ -71,6 +71,7 @@ def describe_run(state) -> dict:
         "partition_id": state.partition_id,
         "graph": state.graph_identity,
         "model": dataclasses.asdict(config.model),
+        "task": state.task.describe(),
         "schedule": config.schedule,
         "halo_dtype": config.halo_dtype,
     }
@@ -193,6 +194,11 @@ def trained_model(directory: str | os.PathLike) -> tuple[dict, dict, dict]:
     return model, replicated["model"], manifest
 
 
+def encoder_weights(weights: dict) -> dict:
+    """The layer stack's own weights: without a link-prediction decoder's (`decoder.*`, gnn_dist.link.decoders)."""
+    return {name: value for name, value in weights.items() if not name.startswith("decoder.")}
+
+
 def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict]] | None:
     """Restore this rank from the newest complete checkpoint; None when there is none.
 
@@ -221,6 +227,8 @@ def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict
         if key == "model" and isinstance(recorded, dict):
             # options added since the checkpoint was written (--heads, --attn-dropout) had their defaults then
             recorded = {**dataclasses.asdict(type(state.config.model)()), **recorded}
+        if key == "task" and recorded is None:
+            recorded = {"task": "node"}  # checkpoints from before --task were node classification's
         if recorded != expected[key]:
             raise CheckpointError(f"{path} was trained with {key} {manifest.get(key)} but this run asks for "
                                   f"{expected[key]}: pass the same options or use another --checkpoint-dir")

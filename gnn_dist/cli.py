@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gnn_dist.comm import launcher_rank
 from gnn_dist.config import (
+    LinkConfig,
     ModelConfig,
     SampledConfig,
     TrainConfig,
@@ -100,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--locality-block", type=int, default=DEFAULT_LOCALITY_BLOCK,
                    help="number each part's nodes by METIS blocks of about this many nodes, so neighbours sit "
                         "close in memory and aggregation runs faster (0: dataset order)")
+    p.add_argument("--task", default="node", choices=["node", "link"],
+                   help="what the parts are for: node classification, or link prediction (the held-out edges "
+                        "leave the graph before partitioning; docs/link-prediction.md)")
+    p.add_argument("--edge-split", default="0.85,0.05,0.10",
+                   help="--task link: train,val,test fractions of the undirected edges (a dataset's official split "
+                        "is kept)")
+    p.add_argument("--mrr-negatives", type=int, default=100,
+                   help="--task link: negative destinations per validation and test positive, for MRR")
     p.add_argument("--download", action="store_true", help="let ogb download missing OGB files")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
@@ -118,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(t, TrainConfig)
     add_options(t, ModelConfig)
     add_options(t, SampledConfig)
+    add_options(t, LinkConfig)
     t.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
 
     e = sub.add_parser("embed", help="every node's output of one layer of a trained model, to one .npy (under "
@@ -188,8 +198,9 @@ def cmd_train(args) -> int:
             comm.abort(EXIT_ERROR)
         return EXIT_ERROR
     if ctx.is_root:
-        print(f"final: test_acc={final['test_acc']:.4f} best_val_acc={final['best_val_acc']:.4f} "
-              f"test_acc_at_best_val={final['test_acc_at_best_val']:.4f} "
+        from gnn_dist.tasks import task_class
+
+        print(f"final: {task_class(final['task']).final_text(final)} "
               f"halo_bytes_total={final['halo_bytes_total']:,} ({final['halo_bytes_total'] / 1e6:.2f} MB) "
               f"epoch_s_median={final['epoch_s_median']:.4f} ranks={final['num_parts']}"
               + (f" link={final['simulated_link']}" if final["simulated_link"] else "")

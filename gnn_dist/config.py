@@ -37,6 +37,13 @@ def _models():
     return gnn_dist.models
 
 
+def _tasks():
+    """The task registry, when a question needs it."""
+    import gnn_dist.tasks
+
+    return gnn_dist.tasks
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -147,10 +154,33 @@ class SampledConfig:
             raise ValueError(f"--feature-cache-mb must be 0 or more, got {self.feature_cache_mb}")
 
 
+DECODERS = ("dot", "mlp")
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    embedding_dim: int | None = option(None, "--task link: width of the last layer, the node embedding (default: "
+                                             "--hidden)", parse=int)
+    decoder: str = option("dot", "--task link: a pair's score from its two embeddings: their dot product, or mlp "
+                                 "(an MLP on their Hadamard product, as OGB's link examples)", choices=DECODERS)
+    neg_ratio: int = option(1, "--task link: negative destinations per training positive, uniform over all nodes "
+                               "by original id, keyed by (seed, epoch, edge): the same at every P")
+
+    def validate(self) -> None:
+        if self.embedding_dim is not None and self.embedding_dim < 1:
+            raise ValueError(f"--embedding-dim must be at least 1, got {self.embedding_dim}")
+        if self.decoder not in DECODERS:
+            raise ValueError(f"bad --decoder {self.decoder!r}: use dot or mlp")
+        if self.neg_ratio < 1:
+            raise ValueError(f"--neg-ratio must be at least 1 (negatives per positive), got {self.neg_ratio}")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     parts: str = option(help="partition directory from gnn-dist partition")
     model: ModelConfig = field(default_factory=ModelConfig)
+    task: str = option("node", "what to learn: node classification, or link prediction (on a partition made with "
+                               "gnn-dist partition --task link)", choices=lambda: _tasks().task_names())
     mode: str = option("full", "full: full-batch training; sampled: mini-batches of sampled neighbourhoods")
     schedule: str = option("exact", "halo exchange schedule of hidden layers, or one per exchanged layer, "
                            "comma-separated (docs/schedules.md)")
@@ -198,9 +228,17 @@ class TrainConfig:
                                        "exchange of training takes at least latency + bytes / bandwidth; results "
                                        "are labelled modelled (gnn_dist.simulated_link)", parse=str)
     sampled: SampledConfig = field(default_factory=SampledConfig)  # used with mode="sampled"
+    link: LinkConfig = field(default_factory=LinkConfig)  # used with task="link"
 
     def validate(self) -> None:
         self.model.validate()
+        if self.task not in _tasks().task_names():
+            raise ValueError(f"unknown --task {self.task!r}: use {_models().one_of(_tasks().task_names())}")
+        if self.task == "link":
+            self.link.validate()
+            if self.predictions_out is not None:
+                raise ValueError("--predictions-out writes node classes: for --task link, write embeddings with "
+                                 "gnn-dist embed")
         if self.mode not in MODES:
             raise ValueError(f"bad --mode {self.mode!r}: use --mode full or --mode sampled")
         if self.mode == "sampled":
@@ -309,4 +347,5 @@ def options_from_args(config_class, args: argparse.Namespace, only=None) -> dict
 
 def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**options_from_args(TrainConfig, args), model=ModelConfig(**options_from_args(ModelConfig, args)),
-                       sampled=SampledConfig(**options_from_args(SampledConfig, args)))
+                       sampled=SampledConfig(**options_from_args(SampledConfig, args)),
+                       link=LinkConfig(**options_from_args(LinkConfig, args)))

@@ -54,7 +54,7 @@ def resolve_layer(layer: int, num_layers: int) -> int:
 
 def embed(ctx: RankContext, config: EmbedConfig) -> dict:
     """Collective: write the file; returns {"out", "rows", "width", "layer", "peak_rss_bytes_per_rank"}."""
-    from gnn_dist.checkpoint import graph_identity, trained_model
+    from gnn_dist.checkpoint import encoder_weights, graph_identity, trained_model
     from gnn_dist.halo import HaloExchanger, HaloPlan
     from gnn_dist.layer_stack import LayerStack
     from gnn_dist.local_graph import LocalGraph
@@ -87,8 +87,10 @@ def embed(ctx: RankContext, config: EmbedConfig) -> dict:
     exchanger = HaloExchanger(ctx.comm, HaloPlan.from_part(part))
     graph = LocalGraph.from_part(part, model_config.model, whole_operator=False)
     x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)])
-    model = LayerStack(model_config, meta.num_features, meta.num_classes, graph, exchanger, seed=0)
-    model.load_state_dict(weights)
+    # The last layer's width: the class count, or a link-prediction model's embedding width.
+    out_width = manifest["widths"][1] if "widths" in manifest else meta.num_classes
+    model = LayerStack(model_config, meta.num_features, out_width, graph, exchanger, seed=0)
+    model.load_state_dict(encoder_weights(weights))
     model.eval()
     rows = model.forward_layerwise(x_full, config.eval_chunk_nodes, upto=layer)
     width = rows.shape[1]

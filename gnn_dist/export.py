@@ -14,7 +14,10 @@ Without gnn-dist (docs/export.md):
     model = pyg.Sequential(spec["input"], [(make(l)(**l["kwargs"]), l["call"]) for l in spec["layers"]]).eval()
     model.load_state_dict(torch.load("model.pt", weights_only=True))
 
-`load_pyg(path)` does that. The model then runs on the whole graph as gnn-dist partitioned it: undirected
+`load_pyg(path)` does that. A link-prediction model (--task link) exports its encoder so; model.json's
+"decoder" says how to score a pair from two embeddings: "dot" (their dot product), or "mlp", whose weights
+are in model.decoder.pt, the state_dict of torch.nn.Sequential(Linear(D, D), ReLU(), Linear(D, 1)) applied
+to z_u * z_v (`load_decoder(path)` builds it). The model then runs on the whole graph as gnn-dist partitioned it: undirected
 (both directions of every edge), without self loops, features as partitioned (--normalize-features included).
 A model whose layer has no PyG equivalent built from plain arguments is refused with one line.
 """
@@ -77,16 +80,28 @@ def build(spec: dict) -> nn.Module:
 
 def export(checkpoint_dir: str, out: str) -> dict:
     """Write out (state_dict) and its .json spec from the newest checkpoint; returns the spec."""
-    from gnn_dist.checkpoint import trained_model
+    from gnn_dist.checkpoint import encoder_weights, trained_model
 
-    fields, weights, manifest = trained_model(checkpoint_dir)
+    fields, all_weights, manifest = trained_model(checkpoint_dir)
+    weights = encoder_weights(all_weights)
     config = ModelConfig(**fields)
     config.validate()
     in_dim, out_dim = _io_widths(config, weights, manifest)
     layers, names = pyg_layers(config, in_dim, out_dim)
     spec = {"format": FORMAT, "input": INPUT, "layers": layers,
             "gnn_dist": {"model": fields, "in_channels": in_dim, "out_channels": out_dim,
-                         "graph": manifest.get("graph"), "epochs": manifest.get("next_epoch")}}
+                         "graph": manifest.get("graph"), "epochs": manifest.get("next_epoch"),
+                         "task": manifest.get("task", {"task": "node"})}}
+    writes = []
+    task = spec["gnn_dist"]["task"]
+    if task["task"] == "link":
+        spec["decoder"] = {"kind": task["decoder"]}
+        if task["decoder"] == "mlp":
+            decoder = mlp_decoder(out_dim)
+            decoder.load_state_dict({f"{index}.{name}": all_weights[f"decoder.{layer}.{name}"]
+                                     for index, layer in ((0, "hidden"), (2, "out")) for name in ("weight", "bias")})
+            spec["decoder"].update(file=decoder_path(out).name, input="z_u * z_v")
+            writes.append((decoder_path(out), lambda p, d=decoder: torch.save(d.state_dict(), p)))
     module = build(spec)
     state = module.state_dict()
     for ours, theirs in names.items():
@@ -94,7 +109,7 @@ def export(checkpoint_dir: str, out: str) -> dict:
     module.load_state_dict(state)  # every one of ours has a place, and the shapes agree
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    for path, write in ((target, lambda p: torch.save(module.state_dict(), p)),
+    for path, write in ((target, lambda p: torch.save(module.state_dict(), p)), *writes,
                         (spec_path(target), lambda p: p.write_text(json.dumps(spec, indent=1)))):
         tmp = path.with_name(f".{path.name}.partial")
         write(tmp)
@@ -112,6 +127,25 @@ def _io_widths(config: ModelConfig, weights: dict, manifest: dict) -> tuple[int,
     last = next(weights[f"convs.{config.num_layers - 1}.{n}"] for n in names
                 if weights[f"convs.{config.num_layers - 1}.{n}"].dim() == 2)
     return int(first.shape[1]), int(last.shape[0])
+
+
+def decoder_path(path: str | os.PathLike) -> Path:
+    return Path(path).with_suffix(".decoder.pt")
+
+
+def mlp_decoder(width: int) -> nn.Module:
+    """--decoder mlp as a plain torch module over z_u * z_v (gnn_dist.link.decoders.MLPDecoder's layers)."""
+    return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
+
+
+def load_decoder(path: str | os.PathLike) -> nn.Module | None:
+    """The exported link decoder beside the model at `path` (None for dot products: no weights)."""
+    spec = json.loads(spec_path(path).read_text())
+    if spec.get("decoder", {}).get("kind") != "mlp":
+        return None
+    decoder = mlp_decoder(spec["gnn_dist"]["out_channels"])
+    decoder.load_state_dict(torch.load(decoder_path(path), weights_only=True))
+    return decoder.eval()
 
 
 def load_pyg(path: str | os.PathLike) -> nn.Module:

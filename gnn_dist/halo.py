@@ -95,9 +95,10 @@ class TrafficCounters:
     allreduce_bytes: int = 0    # payload this rank contributed to allreduces (0 on a single rank)
     comm_s: float = 0.0         # wall time inside communication calls (blocking ones, posting, and waiting)
     wait_s: float = 0.0         # of which: waiting for non-blocking transfers to complete (what overlap did not hide)
+    score_bytes: int = 0        # link prediction: endpoint embeddings fetched for scoring, and their gradients
 
     def reset(self) -> None:
-        self.halo_bytes = self.halo_rows = self.halo_rows_skipped = self.allreduce_bytes = 0
+        self.halo_bytes = self.halo_rows = self.halo_rows_skipped = self.allreduce_bytes = self.score_bytes = 0
         self.comm_s = self.wait_s = 0.0
 
     def waited(self, seconds: float) -> None:

@@ -63,16 +63,14 @@ class MetricsWriter:
             os.replace(self._partial, self.path)
 
 
-def summarise(epochs: list[dict], run_fields: dict) -> dict:
-    """The final record: run description plus the figures users compare runs by."""
-    best = max(epochs, key=lambda r: r["val_acc"]) if epochs else None
+def summarise(epochs: list[dict], run_fields: dict, task_figures: dict) -> dict:
+    """The final record: run description, the task's figures (gnn_dist.tasks: Task.final_figures) and the traffic
+    and time users compare runs by."""
     return {
         "final": True,
         **run_fields,
         "epochs": len(epochs),
-        "test_acc": epochs[-1]["test_acc"] if epochs else None,
-        "best_val_acc": best["val_acc"] if best else None,
-        "test_acc_at_best_val": best["test_acc"] if best else None,
+        **task_figures,
         "halo_bytes_total": sum(r["halo_bytes"] for r in epochs),
         "halo_rows_total": sum(r["halo_rows"] for r in epochs),
         "halo_rows_skipped_total": sum(r["halo_rows_skipped"] for r in epochs),

@@ -54,6 +54,21 @@ def cmd_partition(args, argv: list[str]) -> int:
     start = time.perf_counter()
     if args.num_parts < 1:
         return _fail("partition", "--num-parts must be at least 1, got " + str(args.num_parts), launcher_rank() or 0)
+    edge_split = None
+    if args.task == "link":
+        from gnn_dist.partition.link_split import parse_edge_split
+
+        try:
+            edge_split = parse_edge_split(args.edge_split)
+        except ValueError as err:
+            return _fail("partition", str(err), launcher_rank() or 0)
+        if args.mrr_negatives < 0:
+            return _fail("partition", f"--mrr-negatives must be 0 or more, got {args.mrr_negatives}",
+                         launcher_rank() or 0)
+        if args.method == "ptscotch" or args.dataset.startswith("chunked:"):
+            return _fail("partition", "--task link splits the edges of a graph one process holds: partition it "
+                                      "with --method metis (chunked input and PT-Scotch carry no edge split yet)",
+                         launcher_rank() or 0)
     if args.method != "ptscotch":
         if args.ranks is not None and args.ranks != 1:
             return _fail("partition", f"--ranks is for --method ptscotch ({args.method} runs in one process)")
@@ -71,7 +86,9 @@ def cmd_partition(args, argv: list[str]) -> int:
                 graph = graph.with_normalized_features()
             meta = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
                                    balance_train=args.balance_train, overwrite=args.overwrite,
-                                   locality_block=args.locality_block, objective=args.objective)
+                                   locality_block=args.locality_block, objective=args.objective, task=args.task,
+                                   **({"edge_split": edge_split, "mrr_negatives": args.mrr_negatives}
+                                      if edge_split else {}))
         except (DatasetError, PartitionError, PartitionFormatError, OSError) as err:
             return _fail("partition", str(err))
         _report(meta, args.out, time.perf_counter() - start, [peak_rss_bytes()], args.objective)

@@ -2,7 +2,7 @@
 
     OUT/meta.json        PartitionMeta (format_version, sizes, per-part stats, sha256 of each file)
     OUT/node_map.npy     int64 [N]: new (contiguous per part) id -> the dataset's original id
-    OUT/part-00000.npz   one per part: the arrays of PART_ARRAYS
+    OUT/part-00000.npz   one per part: the arrays of PART_ARRAYS (and of LINK_ARRAYS when task is link)
 
 A directory is written under a temporary name and renamed into place at the
 end, so an interrupted run never leaves a directory that looks complete.
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1 predates --task: its partitions are node classification's
 META_FILE = "meta.json"
 NODE_MAP_FILE = "node_map.npy"
 
@@ -45,6 +46,20 @@ PART_ARRAYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "deg": ("int64", ("n_owned+n_halo",)),
     "send_ptr": ("int64", ("P+1",)),
     "send_idx": ("int64", ("S",)),
+}
+
+
+# --task link: original-id pairs whose source the part owns (partition/link_split.py); R = meta.link's
+# mrr_negatives
+LINK_ARRAYS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "link_train": ("int64", ("*", "2")),
+    "link_train_eid": ("int64", ("link_train",)),
+    "link_val_pos": ("int64", ("*", "2")),
+    "link_val_neg": ("int64", ("*", "2")),
+    "link_val_mrr": ("int64", ("link_val_pos", "R")),
+    "link_test_pos": ("int64", ("*", "2")),
+    "link_test_neg": ("int64", ("*", "2")),
+    "link_test_mrr": ("int64", ("link_test_pos", "R")),
 }
 
 
@@ -78,6 +93,8 @@ class PartitionMeta:
     seed: int
     partptr: list[int]
     parts: list[PartInfo]
+    task: str = "node"        # what the part files hold data for: node (labels and masks) or link (edge splits)
+    link: dict | None = None  # --task link: {edge_split, train, val, test, mrr_negatives, source}
 
     @property
     def edge_cut(self) -> int:
@@ -90,10 +107,12 @@ class PartitionMeta:
     @classmethod
     def from_dict(cls, raw: dict, where: Path) -> PartitionMeta:
         version = raw.get("format_version")
-        if version != FORMAT_VERSION:
-            raise PartitionFormatError(f"{where}: format_version {version!r}, this gnn-dist reads version "
-                                       f"{FORMAT_VERSION}: re-run gnn-dist partition")
+        if version not in READABLE_VERSIONS:
+            raise PartitionFormatError(f"{where}: format_version {version!r}, this gnn-dist reads versions "
+                                       f"{', '.join(map(str, READABLE_VERSIONS))}: re-run gnn-dist partition")
         names = [f.name for f in dataclasses.fields(cls)]
+        optional = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        names = [name for name in names if name in raw or name not in optional]
         missing = [name for name in names if name not in raw]
         if missing:
             raise PartitionFormatError(f"{where}: missing keys {', '.join(missing)}: the directory is damaged, "
@@ -260,11 +279,30 @@ def _check_arrays(path: Path, arrays: dict, meta: PartitionMeta, k: int) -> None
         if str(array.dtype) != dtype or array.shape != expected:
             raise PartitionFormatError(f"{path}: array {name} is {array.dtype} {array.shape}, expected {dtype} "
                                        f"{expected}: re-run gnn-dist partition")
+    if meta.task == "link":
+        _check_link_arrays(path, arrays, meta)
     indices = arrays["indices"]
     if indices.size and (indices.min() < 0 or indices.max() >= info.owned + info.halo):
         raise PartitionFormatError(f"{path}: CSR column out of range: re-run gnn-dist partition")
     if arrays["indptr"][0] != 0 or arrays["indptr"][-1] != indices.size or np.any(np.diff(arrays["indptr"]) < 0):
         raise PartitionFormatError(f"{path}: CSR indptr is not a valid row pointer: re-run gnn-dist partition")
+
+
+def _check_link_arrays(path: Path, arrays: dict, meta: PartitionMeta) -> None:
+    missing = [name for name in LINK_ARRAYS if name not in arrays]
+    if missing:
+        raise PartitionFormatError(f"{path}: missing link arrays {', '.join(missing)}: re-run gnn-dist partition "
+                                   f"--task link")
+    rows = {name: arrays[name].shape[0] for name in LINK_ARRAYS if arrays[name].ndim >= 1}
+    sizes = {"2": 2, "R": int((meta.link or {}).get("mrr_negatives", 0)), **rows}
+    for name, (dtype, shape) in LINK_ARRAYS.items():
+        array = arrays[name]
+        expected = tuple(array.shape[0] if s == "*" else sizes[s] for s in shape)
+        if str(array.dtype) != dtype or array.shape != expected:
+            raise PartitionFormatError(f"{path}: array {name} is {array.dtype} {array.shape}, expected {dtype} "
+                                       f"{expected}: re-run gnn-dist partition --task link")
+        if array.size and (array.min() < 0 or (name != "link_train_eid" and array.max() >= meta.num_nodes)):
+            raise PartitionFormatError(f"{path}: {name} names nodes outside the graph: re-run gnn-dist partition")
 
 
 def load_node_map(directory: str | os.PathLike) -> np.ndarray:

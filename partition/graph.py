@@ -28,7 +28,9 @@ class GraphSizes:
 
 @dataclass(frozen=True)
 class Graph:
-    """A node-classification graph.
+    """A graph with node features, node labels and masks, and, where its dataset has one, an official edge
+    split for link prediction (link_split: a gnn_dist.partition.link_split.LinkSplit, whose training edges are
+    then exactly edge_index's).
 
     Shapes:
         edge_index: int64 [2, E] (row 0 source, row 1 target), symmetric
@@ -43,6 +45,7 @@ class Graph:
     val_mask: np.ndarray
     test_mask: np.ndarray
     num_classes: int
+    link_split: object = None
 
     @property
     def num_nodes(self) -> int:

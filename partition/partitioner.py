@@ -7,6 +7,7 @@ import os
 from gnn_dist.partition.build import build_parts, part_stats
 from gnn_dist.partition.format import PartitionMeta, save
 from gnn_dist.partition.graph import Graph
+from gnn_dist.partition.link_split import DEFAULT_EDGE_SPLIT, DEFAULT_MRR_NEGATIVES, part_link_arrays, split_edges
 from gnn_dist.partition.metis import assign_parts, locality_blocks
 
 DEFAULT_LOCALITY_BLOCK = 256
@@ -14,17 +15,33 @@ DEFAULT_LOCALITY_BLOCK = 256
 
 def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, method: str = "metis",
                     seed: int = 0, balance_train: bool = False, overwrite: bool = False,
-                    locality_block: int = DEFAULT_LOCALITY_BLOCK, objective: str = "cut") -> PartitionMeta:
+                    locality_block: int = DEFAULT_LOCALITY_BLOCK, objective: str = "cut", task: str = "node",
+                    edge_split: tuple[float, float, float] = DEFAULT_EDGE_SPLIT,
+                    mrr_negatives: int = DEFAULT_MRR_NEGATIVES) -> PartitionMeta:
     """locality_block: nodes per METIS block when numbering inside a part (0: dataset order).
-    objective: what METIS minimises, cut or volume (gnn_dist.partition.metis.assign_parts)."""
+    objective: what METIS minimises, cut or volume (gnn_dist.partition.metis.assign_parts).
+    task link: the held-out edges leave the graph before it is partitioned, and each part stores the split's
+    pairs whose source it owns (gnn_dist.partition.link_split); a dataset's official split is kept."""
+    split = None
+    if task == "link":
+        if graph.link_split is not None:
+            split, source = graph.link_split, "official"
+        else:
+            graph, split = split_edges(graph, edge_split, seed, mrr_negatives)
+            source = f"seeded {','.join(f'{f:g}' for f in edge_split)} (seed {seed})"
     parts = assign_parts(graph, num_parts, method=method, seed=seed, balance_train=balance_train,
                          objective=objective)
     blocks = locality_blocks(graph, parts, num_parts, locality_block, seed) if locality_block > 0 else None
     partptr, node_map, part_arrays = build_parts(graph, parts, num_parts, blocks)
     infos = [dataclasses.asdict(part_stats(arrays)) for arrays in part_arrays]
+    link = None
+    if split is not None:
+        for arrays, extra in zip(part_arrays, part_link_arrays(split, parts, num_parts)):
+            arrays.update(extra)
+        link = {"source": source, **split.summary()}
     meta_fields = dict(
         dataset=graph.name, num_nodes=graph.num_nodes, num_edges=graph.num_edges, num_parts=num_parts,
         num_features=graph.num_features, num_classes=graph.num_classes, num_train=int(graph.train_mask.sum()),
-        method=method, seed=seed, partptr=[int(v) for v in partptr],
+        method=method, seed=seed, partptr=[int(v) for v in partptr], task=task, link=link,
     )
     return save(out, meta_fields, node_map, part_arrays, infos, overwrite=overwrite)

@@ -33,16 +33,23 @@ def documented_keys(section: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def records(partitioned, tmp_path_factory):
-    """Every record of a full-batch run (lossy schedule, so the guard watches) and of a sampled run."""
-    directory = partitioned("synthetic:tiny", 2)
+    """Every record of a run of each task in each mode (full-batch node classification with a lossy schedule, so
+    the guard watches)."""
+    from gnn_dist.partition.datasets import load_dataset
+    from gnn_dist.partition.partitioner import partition_graph
+
     out = tmp_path_factory.mktemp("metrics")
+    link_parts = out / "link-parts"
+    partition_graph(load_dataset("synthetic:tiny"), 2, link_parts, task="link", mrr_negatives=5)
     found = {}
-    for mode, schedule in (("full", "stale:2"), ("sampled", "exact")):
-        config = TrainConfig(parts=str(directory), mode=mode, schedule=schedule, epochs=2, progress=False, timeout=0,
-                             metrics_out=str(out / f"{mode}.jsonl"), model=ModelConfig(num_layers=2),
+    for task, mode, schedule in (("node", "full", "stale:2"), ("node", "sampled", "exact"), ("link", "full", "exact"),
+                                 ("link", "sampled", "exact")):
+        directory = partitioned("synthetic:tiny", 2) if task == "node" else link_parts
+        config = TrainConfig(parts=str(directory), task=task, mode=mode, schedule=schedule, epochs=2, progress=False,
+                             timeout=0, metrics_out=str(out / f"{task}-{mode}.jsonl"), model=ModelConfig(num_layers=2),
                              sampled=SampledConfig(fanouts=(3, 3)))
         run_fake_ranks(2, lambda comm, config=config: train(RankContext(comm), config))
-        found[mode] = [json.loads(line) for line in (out / f"{mode}.jsonl").read_text().splitlines()]
+        found[task, mode] = [json.loads(line) for line in (out / f"{task}-{mode}.jsonl").read_text().splitlines()]
     return found
 
 
@@ -50,13 +57,16 @@ def test_metrics_md_lists_exactly_the_keys_a_run_writes(records):
     every_epoch = documented_keys("Every epoch")
     sampled = documented_keys("Every epoch of sampled training (`--mode sampled`), besides")
     final = documented_keys("The final record (`\"final\": true`)")
-    assert every_epoch and sampled and final
-    for record in records["full"][:-1]:
-        assert set(record) == every_epoch
-    for record in records["sampled"][:-1]:
-        assert set(record) == every_epoch | sampled
-    for mode in ("full", "sampled"):
-        assert set(records[mode][-1]) == final, mode
+    per_task = {task: (documented_keys(f"Every epoch of {name}{suffix}, besides"),
+                       documented_keys(f"The final record of {name}, besides"))
+                for task, name, suffix in (("node", "node classification", " (`--task node`, the default)"),
+                                           ("link", "link prediction", " (`--task link`)"))}
+    assert every_epoch and sampled and final and all(a and b for a, b in per_task.values())
+    for (task, mode), found in records.items():
+        task_epoch, task_final = per_task[task]
+        for record in found[:-1]:
+            assert set(record) == every_epoch | task_epoch | (sampled if mode == "sampled" else set()), (task, mode)
+        assert set(found[-1]) == final | task_final, (task, mode)
 
 
 def test_checkpoints_md_lists_what_a_resume_compares():
@@ -67,7 +77,8 @@ def test_checkpoints_md_lists_what_a_resume_compares():
     documented = set(re.findall(r"`(--[\w-]+)`", row.split("|")[1]))
     compared = set()
     for key in RESUME_MUST_MATCH:
-        names = [f.name for f in dataclasses.fields(ModelConfig)] if key == "model" else [key]
+        names = {"model": [f.name for f in dataclasses.fields(ModelConfig)],
+                 "task": ["task", "embedding_dim", "decoder"]}.get(key, [key])
         compared.update("--" + name.replace("_", "-") for name in names)
     assert documented == compared
     assert "refused" in row.split("|")[2]

@@ -36,6 +36,12 @@ def gather_logits(state: RankState) -> tuple[torch.Tensor, torch.Tensor]:
     return state.graph.node_ids, state.model.forward_layerwise(state.x_full, state.config.eval_chunk_nodes)
 
 
+def majority_rate(ctx: RankContext, labels: torch.Tensor, num_classes: int) -> float | None:
+    """The share of the most common class among all ranks' `labels` (None when there are none)."""
+    counts = sum_over_ranks(ctx, torch.bincount(labels, minlength=num_classes).double().tolist())
+    return max(counts) / sum(counts) if sum(counts) else None
+
+
 def write_predictions(state: RankState, path: str) -> None:
     """Every node's predicted class (eval mode), indexed by original id, as a plain .npy (rank 0).
 

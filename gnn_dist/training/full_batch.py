@@ -18,7 +18,7 @@ from gnn_dist.training.state import TrainingDiverged
 
 
 class FullBatchMode:
-    def __init__(self, state):
+    def __init__(self, state, part=None):
         self.state = state
         self.params = list(state.model.parameters())
         self.flat = flat_buffer(self.params, extras=1)  # gradients, then the loss

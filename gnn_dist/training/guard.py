@@ -49,10 +49,14 @@ class GuardRule:
 class DivergenceGuard:
     """Decides, epoch by epoch, whether training exchanges exactly; the same decision on every rank.
 
-    majority_rate: the share of the validation set's most common class (None: no collapse rule).
+    majority_rate: the level the watched validation figure collapses below: for node classification the share
+    of the validation set's most common class, for link prediction an AUC of 0.5 (None: no collapse rule).
+    metric, level_name: how the logged line names that figure and that level.
     """
 
     majority_rate: float | None = None
+    metric: str = "validation accuracy"
+    level_name: str = "the majority class's rate"
     rule: GuardRule = field(default_factory=GuardRule)
     exact_until: int = -1        # epochs below this train with exact exchanges
     recent: list = field(default_factory=list)  # the last `patience` training losses
@@ -97,7 +101,7 @@ class DivergenceGuard:
             self.collapsed_in_a_row = self.collapsed_in_a_row + 1 if below else 0
             if self.collapsed_in_a_row >= rule.collapse_patience:
                 self.collapsed_in_a_row = 0
-                return (f"validation accuracy stayed over {rule.collapse:g} below the majority class's rate "
+                return (f"{self.metric} stayed over {rule.collapse:g} below {self.level_name} "
                         f"{self.majority_rate:.4f} for {rule.collapse_patience} evaluations ({val_acc:.4f} at epoch "
                         f"{epoch})")
         return None

@@ -20,7 +20,7 @@ from gnn_dist.metrics import summarise
 from gnn_dist.rss import PhasePeaks, peak_rss_bytes, release_free_heap, use_workspace
 from gnn_dist.simulated_link import LinkModel
 from gnn_dist.supervise import restarts_so_far
-from gnn_dist.training.evaluation import evaluate, write_predictions
+from gnn_dist.training.evaluation import write_predictions
 from gnn_dist.training.faults import maybe_inject_failure
 from gnn_dist.training.setup import setup
 from gnn_dist.training.state import RankState, max_over_ranks, sum_over_ranks
@@ -36,8 +36,9 @@ def run_epochs(state: RankState) -> list[dict]:
     records: list[dict] = list(state.records)
     if bar is not None:
         bar.update(state.start_epoch)
-    last_acc = {k: records[-1][k] for k in ("train_acc", "val_acc", "test_acc")} if records else \
-        {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0}
+    task = state.task
+    # The task's figures of the last evaluation, repeated in the epochs between evaluations (--eval-every).
+    last_eval = {k: records[-1][k] for k in task.epoch_keys} if records else dict.fromkeys(task.epoch_keys, 0.0)
     beat = state.watchdog.beat
     tracer = EpochTracer(config.profile, config.profile_epochs, ctx.rank) if config.profile else None
     for epoch in range(state.start_epoch, config.epochs):
@@ -60,7 +61,7 @@ def run_epochs(state: RankState) -> list[dict]:
         evaluated = (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1
         if evaluated:
             enter_phase(state, "eval")
-            last_acc = evaluate(state)
+            last_eval = task.evaluate(state)
             enter_phase(state, "train")
         eval_s = time.perf_counter() - eval_start
         evaluation = counters.take()
@@ -69,15 +70,16 @@ def run_epochs(state: RankState) -> list[dict]:
                   evaluation.halo_bytes])
         slowest = max_over_ranks(ctx, [epoch_s, trained.comm_s, trained.wait_s, epoch_s - trained.comm_s, eval_s])
         if state.guard is not None:
-            watch_divergence(state, epoch, loss, last_acc["val_acc"] if evaluated else None)
+            watch_divergence(state, epoch, loss, last_eval[task.best_key] if evaluated else None)
         record = {
-            "epoch": epoch, "loss": loss, **last_acc,
+            "epoch": epoch, "loss": loss, **last_eval,
             "guard_exact": state.exchanger.guard_exact,
             "epoch_s": slowest[0], "comm_s": slowest[1], "wait_s": slowest[2], "compute_s": slowest[3],
             "eval_s": slowest[4],
             "halo_bytes": int(halo_bytes), "halo_rows": int(halo_rows), "halo_rows_skipped": int(rows_skipped),
             "eval_halo_bytes": int(eval_halo_bytes),
             "allreduce_bytes": int(allreduce_bytes),
+            **task.traffic_figures(ctx, trained, evaluation),
             **state.mode.epoch_metrics(figures, epoch_s),
         }
         records.append(record)
@@ -87,7 +89,7 @@ def run_epochs(state: RankState) -> list[dict]:
             beat(f"epoch {epoch}: checkpoint")
             save_checkpoint(state, config.checkpoint_dir, epoch + 1, records, config.keep_checkpoints)
         if bar is not None:
-            bar.set_postfix(loss=f"{loss:.4f}", val=f"{last_acc['val_acc']:.3f}",
+            bar.set_postfix(loss=f"{loss:.4f}", val=f"{last_eval[task.best_key]:.3f}",
                             MB=f"{halo_bytes / 1e6:.1f}", refresh=False)
             bar.update(1)
         if tracer is not None:
@@ -130,10 +132,10 @@ class EpochTracer:
         self.profiler = None
 
 
-def watch_divergence(state: RankState, epoch: int, loss: float, val_acc: float | None) -> None:
+def watch_divergence(state: RankState, epoch: int, loss: float, val_figure: float | None) -> None:
     """Tell the guard this epoch's figures; when it fires, the schedule's caches go (the exchange is exact for the
     guard's window, then the schedule starts afresh). Every rank decides alike: the figures are global."""
-    line = state.guard.observe(epoch, loss, val_acc)
+    line = state.guard.observe(epoch, loss, val_figure)
     if line is None:
         return
     state.exchanger.schedule.drain(state.exchanger)
@@ -185,7 +187,8 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             enter_phase(state, "eval")
             write_predictions(state, config.predictions_out)
         final = summarise(records, {
-            "dataset": state.dataset, "num_parts": ctx.size, "mode": config.mode, "schedule": config.schedule,
+            "dataset": state.dataset, "task": config.task, "num_parts": ctx.size, "mode": config.mode,
+            "schedule": config.schedule,
             "halo_dtype": config.halo_dtype, "model": config.model.model, "hidden": config.model.hidden,
             "num_layers": config.model.num_layers, "seed": config.seed, "threads": config.threads,
             "eval_chunk_nodes": config.eval_chunk_nodes, "halo_memory": config.halo_memory,
@@ -195,9 +198,8 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             "simulated_link": LinkModel.parse(config.simulate_link).label() if config.simulate_link else None,
             "schedule_guard": config.schedule_guard if state.guard is not None else "off",
             "guard_epochs": state.guard.guard_epochs if state.guard is not None else 0,
-            "val_majority_rate": state.val_majority_rate,
             **memory_report(ctx, memory),
-        })
+        }, state.task.final_figures(state, records))
         state.metrics.write(final)
         complete = True
         return final

@@ -9,6 +9,13 @@ so no rank waits at a collective. Gradients of the summed loss are summed
 with one Allreduce per step, which also carries the global number of seeds
 that scales them. Validation and test accuracy come from the exact
 full-batch forward (gnn_dist.training.evaluation.evaluate).
+
+What a batch is and what its loss is belong to the task: `MiniBatchMode`
+draws batches of training nodes and scores them with cross-entropy;
+link prediction's mode (gnn_dist.training.link_mini_batch) overrides
+`training_items`, `batch_seeds` and `batch_loss` to draw positive edges and
+score pairs. Sampling, feature fetching, the cache and the gradient
+synchronisation are shared.
 """
 from __future__ import annotations
 
@@ -18,7 +25,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnn_dist.config import SampledConfig
 from gnn_dist.feature_store import FeatureStore
 from gnn_dist.keyed_random import sampled_stream_key
 from gnn_dist.layer_stack import forward_blocks
@@ -30,9 +36,9 @@ from gnn_dist.training.state import max_over_ranks, sum_over_ranks
 
 
 class MiniBatchMode:
-    def __init__(self, state, part, config: SampledConfig):
+    def __init__(self, state, part):
         self.state = state
-        self.config = config
+        self.config = config = state.config.sampled
         ctx = state.ctx
         self.sampler = DistributedSampler(state.exchanger.comm, part, list(config.fanouts), state.config.seed,
                                           local_only=config.sampling == "local")
@@ -40,7 +46,7 @@ class MiniBatchMode:
         self.model_class = model_class(state.config.model.model)
         self.params = list(state.model.parameters())
         self.flat = flat_buffer(self.params, extras=2)  # gradients, then the loss sum and the number of seeds
-        self.train_local = np.flatnonzero(part.train_mask)
+        self.train_local = self.training_items(part)
         steps = torch.tensor([float(-(-len(self.train_local) // config.batch_size))], dtype=torch.float64)
         if ctx.size > 1:
             ctx.comm.allreduce_(steps, op="max")
@@ -55,6 +61,25 @@ class MiniBatchMode:
             self.store.count_requests = True
         self.epochs_trained = 0
 
+    # Loss terms per training item (a node here; a positive and its negatives for link prediction): the global
+    # count of terms that scales each step's gradient, divided by this, is the items the step processed.
+    terms_per_item = 1
+
+    def training_items(self, part) -> np.ndarray:
+        """What batches are drawn from: this rank's training nodes (local ids)."""
+        return np.flatnonzero(part.train_mask)
+
+    def batch_seeds(self, epoch: int, batch: np.ndarray):
+        """(the global ids the batch's neighbourhoods are sampled from, what batch_loss needs of the batch)."""
+        return batch + self.sampler.first, batch
+
+    def batch_loss(self, out: torch.Tensor, targets) -> tuple[torch.Tensor, int]:
+        """(the summed loss of the batch from the seeds' outputs, its number of terms)."""
+        if len(targets) == 0:
+            return out.sum() * 0.0, 0
+        return F.cross_entropy(out[:len(targets)], self.labels[torch.from_numpy(targets)], reduction="sum"), \
+            len(targets)
+
     def batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.state.config.seed, epoch, self.state.ctx.rank])
         if len(self.train_local) == 0:
@@ -68,7 +93,7 @@ class MiniBatchMode:
     def _fill_cache(self) -> None:
         """Counting pass: sample the first steps of epoch 0 and cache the remote nodes seen most often."""
         for step, batch in enumerate(self.batches(0)[:self.config.cache_count_steps]):
-            nodes, _ = self.sampler.sample(batch + self.sampler.first, 0, step)
+            nodes, _ = self.sampler.sample(self.batch_seeds(0, batch)[0], 0, step)
             self.store.count_remote(nodes)
         ids, hits = self.store.request_counts()
         self.store.fill_cache(ids, hits, int(self.config.feature_cache_mb * 2**20))
@@ -87,26 +112,26 @@ class MiniBatchMode:
         model.train()
         losses, seeds_total, compute_s = [], 0, 0.0
         for step, batch in enumerate(self.batches(epoch)):
-            nodes, blocks = self.sampler.sample(batch + self.sampler.first, epoch, step)
+            seeds, targets = self.batch_seeds(epoch, batch)
+            nodes, blocks = self.sampler.sample(seeds, epoch, step)
             x = self.store.gather(nodes)
             start = time.perf_counter()
             operators = [self.model_class.block_operator(b) for b in reversed(blocks)]
             state.optimizer.zero_grad(set_to_none=False)
             keys = [sampled_stream_key(state.config.seed, epoch, step, state.ctx.rank, k)
                     for k in range(len(operators))]
-            logits = forward_blocks(model, x, operators, torch.from_numpy(nodes), keys)
-            loss_sum = F.cross_entropy(logits, self.labels[torch.from_numpy(batch)], reduction="sum") \
-                if len(batch) else logits.sum() * 0.0
+            out = forward_blocks(model, x, operators, torch.from_numpy(nodes), keys)
+            loss_sum, terms = self.batch_loss(out, targets)
             loss_sum.backward()
-            global_loss_sum, global_seeds = sync_gradients(state.exchanger, self.params, self.flat,
-                                                           [loss_sum.detach(), float(len(batch))],
+            global_loss_sum, global_terms = sync_gradients(state.exchanger, self.params, self.flat,
+                                                           [loss_sum.detach(), float(terms)],
                                                            divisor=lambda totals: max(totals[1], 1.0))
-            losses.append(global_loss_sum / max(global_seeds, 1.0))
+            losses.append(global_loss_sum / max(global_terms, 1.0))
             check_finite(losses[-1], epoch)
             with torch.profiler.record_function("optimizer step"):
                 state.optimizer.step()
             compute_s += time.perf_counter() - start
-            seeds_total += int(global_seeds)
+            seeds_total += int(round(global_terms)) // self.terms_per_item
             state.watchdog.beat(f"epoch {epoch}: sampled step {step}")
         self.epochs_trained += 1
         return {"loss": float(np.mean(losses)) if losses else 0.0, "seeds": seeds_total, "compute_s": compute_s,

@@ -27,7 +27,6 @@ from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.host_memory import RankMemory, available_memory_bytes, memory_refusal
 from gnn_dist.kernels.native import native_module
-from gnn_dist.layer_stack import LayerStack
 from gnn_dist.local_graph import LocalGraph
 from gnn_dist.log import rank_logger
 from gnn_dist.memory_plan import plan_config_of, plan_part
@@ -36,10 +35,9 @@ from gnn_dist.partition.format import load_meta, load_part, part_shape
 from gnn_dist.rss import current_rss_bytes
 from gnn_dist.schedules import parse_schedule
 from gnn_dist.simulated_link import LinkModel, ModelledLinkComm
-from gnn_dist.training.full_batch import FullBatchMode
+from gnn_dist.tasks import task_class
 from gnn_dist.training.gradients import flat_buffer
 from gnn_dist.training.guard import DivergenceGuard
-from gnn_dist.training.mini_batch import MiniBatchMode
 from gnn_dist.training.state import RankState, sum_over_ranks
 from gnn_dist.watchdog import NoWatchdog, Watchdog
 
@@ -68,6 +66,8 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
         config.validate()
         meta = load_meta(config.parts)
         ctx.check_num_parts(meta.num_parts, config.parts)
+        task = task_class(config.task)(config, meta)
+        task.check_partition()
         part = load_part(config.parts, ctx.rank, meta)
         if config.checkpoint_dir:
             check_writable(config.checkpoint_dir, "--checkpoint-dir")
@@ -76,11 +76,11 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
         native_module()  # build (or load) the kernel now, not inside the first epoch the watchdog times
         metrics = MetricsWriter(config.metrics_out if ctx.is_root else None,
                                 tensorboard=config.tensorboard if ctx.is_root else None)
-        return meta, part, metrics
+        return meta, part, metrics, task
 
-    meta, part, metrics = agree_on_setup(ctx, build_local)  # type: ignore[misc]
+    meta, part, metrics, task = agree_on_setup(ctx, build_local)  # type: ignore[misc]
     if config.mode == "full":
-        refuse_if_memory_short(ctx, config, part)
+        refuse_if_memory_short(ctx, config, part, task)
     # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
     watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort) \
         if config.timeout > 0 and ctx.comm.aborts_job else NoWatchdog()
@@ -110,32 +110,23 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     setup_halo_bytes = sum_over_ranks(ctx, [exchanger.counters.halo_bytes])[0]
     exchanger.counters.reset()
 
-    model = LayerStack(config.model, meta.num_features, meta.num_classes, graph, exchanger, config.seed)
+    model = task.build_model(graph, exchanger)
     broadcast_parameters(ctx, list(model.parameters()))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, metrics,
-                      meta.dataset, setup_halo_bytes, meta.partition_id, watchdog)
+                      meta.dataset, setup_halo_bytes, meta.partition_id, watchdog, task=task)
     if config.checkpoint_dir:
         state.graph_identity = graph_identity(ctx.comm, meta, part.node_ids, part.y, part.deg[:part.n_owned])
-    state.val_majority_rate = majority_rate(ctx, graph.y[graph.val_mask], meta.num_classes)
+    task.prepare(state, part)
     lossy = any(s.kind != "exact" for s in parse_schedule(config.schedule).per_layer(config.model.num_layers - 1))
     if lossy and config.schedule_guard == "on":
-        state.guard = DivergenceGuard(majority_rate=state.val_majority_rate)
-    if config.mode == "sampled":
-        watchdog.beat("set-up: sampler and feature cache")
-        state.mode = MiniBatchMode(state, part, config.sampled)
-    else:
-        state.mode = FullBatchMode(state)
+        state.guard = DivergenceGuard(majority_rate=task.collapse_level(state), **task.guard_names)
+    watchdog.beat(f"set-up: the {config.mode} training mode")
+    state.mode = task.training_mode(state, part)
     if config.resume:
         watchdog.beat("set-up: loading the checkpoint")
         resume(state, metrics)
     return state
-
-
-def majority_rate(ctx: RankContext, labels: torch.Tensor, num_classes: int) -> float | None:
-    """The share of the most common class among all ranks' `labels` (None when there are none)."""
-    counts = sum_over_ranks(ctx, torch.bincount(labels, minlength=num_classes).double().tolist())
-    return max(counts) / sum(counts) if sum(counts) else None
 
 
 def broadcast_parameters(ctx: RankContext, params: list[torch.Tensor]) -> None:
@@ -161,10 +152,10 @@ def resume(state: RankState, metrics: MetricsWriter) -> None:
         metrics.write(record)
 
 
-def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part) -> None:
+def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task) -> None:
     """Plan this rank's peak (gnn_dist.memory_plan) and refuse on every rank, before the big allocations, if any
     host's ranks would not fit (or a rank would pass --memory-limit)."""
-    plan = plan_part(part_shape(part), plan_config_of(config), part.meta.num_features, part.meta.num_classes)
+    plan = plan_part(part_shape(part), plan_config_of(config), part.meta.num_features, task.output_width())
     mine = RankMemory(socket.gethostname(), plan.peak, plan.summary(3), current_rss_bytes(),
                       available_memory_bytes())
     reason = memory_refusal(ctx.comm.allgather_object(mine), config.memory_limit)

@@ -42,6 +42,8 @@ class RankState:
     memory: PhasePeaks | None = None  # peak RSS per phase (set by train(); absent when a test drives the steps)
     guard: object = None  # the divergence guard of a lossy schedule (gnn_dist.training.guard), else None
     val_majority_rate: float | None = None  # the validation accuracy of always answering the most common class
+    task: object = None  # what the run learns (gnn_dist.tasks.base.Task)
+    task_data: object = None  # the task's own data on this rank (link prediction: gnn_dist.link.pairs.LinkPairs)
 
 
 def sum_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:

@@ -1,0 +1,93 @@
+"""What a task owns (`Task`): the data it reads from the partition, the model's output width and head, the
+training mode of each --mode, its metrics and the rule that picks the best epoch.
+
+The runtime asks the task and never branches on its name. A task is one file under gnn_dist/tasks/ (or a
+--plugin module) holding a `Task` subclass decorated with `@register_task`:
+
+    name                      its --task NAME
+    partition_task            the `--task` the partition must have been made with (meta.json's task)
+    epoch_keys                the keys evaluate() returns, in every epoch record (0.0 before the first evaluation)
+    best_key                  the validation key that picks the best epoch (and the guard's collapse rule watches)
+    training_modes            --mode -> the TrainingMode class (gnn_dist.training.mode), built as cls(state, part)
+    output_width()            the last layer's width
+    build_model(graph, exchanger)   the LayerStack with the task's head attached (its parameters train with it)
+    prepare(state, part)      load the task's data from the part into the rank's state (before the mode is built)
+    evaluate(state)           the epoch_keys, over all ranks (collective)
+    traffic_figures(ctx, trained, evaluation)   the task's own traffic keys of an epoch record, from the training
+                              step's and the evaluation's counters (collective)
+    collapse_level(state)     the best_key value of a model that learnt nothing (the guard's collapse rule), or None
+    final_figures(state, records)   the task's keys of the final record
+    describe()                what a resumed run must share with the checkpoint's run (gnn_dist.checkpoint)
+    final_text(final)         the task's figures in the line `gnn-dist train` prints at the end
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from gnn_dist.models import one_of
+
+
+class Task:
+    name: ClassVar[str] = ""
+    partition_task: ClassVar[str] = ""
+    epoch_keys: ClassVar[tuple[str, ...]] = ()
+    best_key: ClassVar[str] = ""
+    training_modes: ClassVar[dict] = {}
+    # How the guard's line names the best_key figure and its collapse level (gnn_dist.training.guard)
+    guard_names: ClassVar[dict] = {"metric": "validation accuracy", "level_name": "the majority class's rate"}
+
+    def __init__(self, config, meta):
+        self.config = config
+        self.meta = meta
+
+    def check_partition(self) -> None:
+        """ValueError (one line, naming the fix) when the partition was not made for this task."""
+        made_for = getattr(self.meta, "task", "node")
+        if made_for != self.partition_task:
+            raise ValueError(f"--parts {self.config.parts} was partitioned for --task {made_for}, not --task "
+                             f"{self.name}: re-run gnn-dist partition with --task {self.partition_task} (or train "
+                             f"with --task {made_for})")
+
+    def training_mode(self, state, part):
+        try:
+            mode_class = self.training_modes[self.config.mode]
+        except KeyError:
+            raise ValueError(f"--task {self.name} trains with --mode {one_of(self.training_modes)}, not "
+                             f"{self.config.mode}") from None
+        return mode_class(state, part)
+
+    def output_width(self) -> int:
+        raise NotImplementedError
+
+    def build_model(self, graph, exchanger):
+        from gnn_dist.layer_stack import LayerStack
+
+        return LayerStack(self.config.model, self.meta.num_features, self.output_width(), graph, exchanger,
+                          self.config.seed)
+
+    def prepare(self, state, part) -> None:
+        pass
+
+    def evaluate(self, state) -> dict:
+        raise NotImplementedError
+
+    def traffic_figures(self, ctx, trained, evaluation) -> dict:
+        return {}
+
+    def collapse_level(self, state) -> float | None:
+        return None
+
+    def final_figures(self, state, records: list[dict]) -> dict:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"task": self.name}
+
+    @staticmethod
+    def final_text(final: dict) -> str:
+        raise NotImplementedError
+
+
+def best_record(records: list[dict], key: str) -> dict | None:
+    """The first epoch with the highest `key` (None without epochs)."""
+    return max(records, key=lambda record: record[key]) if records else None

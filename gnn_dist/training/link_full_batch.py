@@ -1,0 +1,57 @@
+"""Full-batch link prediction (`--task link --mode full`): one optimiser step per epoch over every training
+positive of every rank and its --neg-ratio negatives.
+
+P-invariance, as node classification's: the loss is the BCE summed over this rank's pairs (positives whose
+source it owns) divided by the global number of pairs; the negatives are keyed by (seed, epoch, edge id);
+the embeddings of endpoints owned elsewhere arrive by one planned exchange (gnn_dist.link.row_fetch), and
+their gradients go back to their owners in the backward, before the encoder's own backward needs them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gnn_dist.link.decoders import pair_loss_sum
+from gnn_dist.training.full_batch import check_finite
+from gnn_dist.training.gradients import flat_buffer, sync_gradients
+
+
+class LinkFullBatchMode:
+    def __init__(self, state, part=None):
+        self.state = state
+        self.pairs = state.task_data
+        self.fetcher = state.task.fetcher
+        self.ratio = state.config.link.neg_ratio
+        self.params = list(state.model.parameters())
+        self.flat = flat_buffer(self.params, extras=1)  # gradients, then the loss
+        self.sources = torch.from_numpy(self.pairs.train[:, 0] - self.pairs.first)
+
+    def compute_gradients(self, epoch: int) -> float:
+        """Forward, scores, backward on this rank; afterwards every rank holds the gradient of the global mean
+        pair loss. Returns that loss."""
+        state, pairs = self.state, self.pairs
+        model = state.model
+        model.train()
+        model.epoch = epoch
+        state.optimizer.zero_grad(set_to_none=False)
+        negatives = pairs.negatives(state.config.seed, epoch, np.arange(len(pairs.train)), self.ratio)
+        request = self.fetcher.plan(np.concatenate([pairs.train[:, 1], negatives.reshape(-1)]))
+        z = model(state.x_full)
+        table = self.fetcher.table(z, request)
+        rows = table.index_select(0, torch.from_numpy(request.positions))
+        n = len(pairs.train)
+        loss = pair_loss_sum(model.decoder, z.index_select(0, self.sources), rows[:n], rows[n:]) \
+            / (pairs.num_train_total * (1 + self.ratio))
+        loss.backward()
+        (global_loss,) = sync_gradients(state.exchanger, self.params, self.flat, [loss.detach()])
+        return global_loss
+
+    def train_epoch(self, epoch: int) -> dict:
+        loss = self.compute_gradients(epoch)
+        check_finite(loss, epoch)
+        with torch.profiler.record_function("optimizer step"):
+            self.state.optimizer.step()
+        return {"loss": loss}
+
+    def epoch_metrics(self, figures: dict, epoch_s: float) -> dict:
+        return {}
