@@ -78,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("partition", help="split a dataset into P parts on disk")
     p.add_argument("--dataset", required=True,
-                   help="synthetic:tiny|small|weak|sbm60k|arxiv|medium|large|products, planetoid:NAME, ogbn-*, npz:PATH, "
-                        "chunked:DIR")
+                   help="synthetic:tiny|small|weak|sbm60k|arxiv|medium|large|products, planetoid:NAME, ogbn-*, ogbl-* "
+                        "(--task link), npz:PATH, chunked:DIR")
     p.add_argument("--root", default=None, help="folder holding the dataset's files (planetoid, ogbn)")
     p.add_argument("--num-parts", type=int, required=True)
     p.add_argument("--out", required=True, help="partition directory to create")
@@ -151,12 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(i, ModelConfig, help_prefix="as train's: ")
     i.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
     add_options(i, TrainConfig, only=INSPECT_OPTIONS, help_prefix="as train's: ")
+    add_options(i, LinkConfig, help_prefix="as train's: ")
     return parser
 
 
 def _fail(command: str, message: str) -> int:
     print(f"gnn-dist {command}: error: {message}", file=sys.stderr)
     return EXIT_ERROR
+
+
+def _validated(config):
+    config.validate()
+    return config
 
 
 def cmd_inspect(args) -> int:
@@ -168,6 +174,7 @@ def cmd_inspect(args) -> int:
         model = ModelConfig(**options_from_args(ModelConfig, args))
         model.validate()
         report = inspect_partition(args.directory, model, schedule=args.schedule, halo_dtype=args.halo_dtype,
+                                   link=_validated(LinkConfig(**options_from_args(LinkConfig, args))),
                                    memory=PlanConfig(model=model, halo_memory=args.halo_memory, schedule=args.schedule,
                                                      halo_block_rows=args.halo_block_rows,
                                                      feature_dtype=args.feature_dtype))

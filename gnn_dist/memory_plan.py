@@ -18,6 +18,7 @@ operator entries (GCN's self loops included).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gnn_dist.config import DEFAULT_HALO_BLOCK_ROWS, FEATURE_DTYPES, ModelConfig
@@ -45,6 +46,9 @@ class PlanConfig:
     feature_dtype: str = "fp32"
     eval_chunk_nodes: int = 16384
     schedule: str = "exact"
+    task: str = "node"
+    neg_ratio: int = 1       # --task link
+    decoder: str = "dot"     # --task link
 
 
 @dataclass
@@ -137,12 +141,19 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     setup.alloc("operator build", nnz * SETUP_BYTES_PER_ENTRY)
     setup.alloc("operator", persistent["operator"])
 
+    link = shape.link if config.task == "link" else None
+    if link is not None:
+        persistent["link pairs"] = _link_pairs_bytes(link)
     train = _Liveness(persistent)
-    _forward(train, config, widths, sizes, training=True)
+    _forward(train, config, widths, sizes, training=True, loss=link is None)
+    if link is not None:
+        _link_scoring(train, config, link, n, widths[-1][1])
     _backward(train, config, widths, sizes)
 
     evaluation = _Liveness(persistent)
     _forward(evaluation, config, widths, sizes, training=False)
+    if link is not None:
+        _link_evaluation(evaluation, link, n, widths[-1][1])
 
     return {phase: MemoryPlan(peak=live.peak, phase=phase, parts=live.at_peak)
             for phase, live in (("setup", setup), ("train", train), ("eval", evaluation))}
@@ -153,7 +164,57 @@ def plan_part(shape: PartShape, config: PlanConfig, num_features: int, num_class
     return max(plan_phases(shape, config, num_features, num_classes).values(), key=lambda plan: plan.peak)
 
 
-def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: bool) -> None:
+def _link_pairs_bytes(link) -> int:
+    """gnn_dist.link.pairs.LinkPairs: training pairs, edge ids and source ids; held-out pairs and MRR candidates;
+    the original-to-global id map of every node."""
+    held_out = (link.val + link.val_neg + link.test + link.test_neg) * 2 + (link.val + link.test) * link.mrr_negatives
+    return link.train * 4 * INDEX + held_out * INDEX + link.num_nodes * (4 if link.num_nodes < 2**31 else 8)
+
+
+def _distinct_remote(link, n: int, draws: int) -> int:
+    """Expected distinct nodes owned elsewhere among `draws` uniform endpoints (what one exchange fetches)."""
+    if link.num_nodes <= n:
+        return 0
+    return int((link.num_nodes - n) * -math.expm1(-draws / link.num_nodes))
+
+
+def _link_scoring(live: _Liveness, config: PlanConfig, link, n: int, width: int) -> None:
+    """gnn_dist.training.link_full_batch: the negatives and the exchange's plan (numpy), [owned | fetched]
+    embeddings, every pair's rows, and the decoder's saved tensors; their gradients in the backward."""
+    ratio = config.neg_ratio
+    negatives = link.train * ratio
+    pairs = link.train + negatives
+    fetched = _distinct_remote(link, n, pairs)
+    live.alloc("negatives, plan", (4 * negatives + 3 * pairs) * INDEX)  # the keyed draw's words, ids, unique
+    live.free("negatives, plan")
+    live.alloc("negatives, plan", (negatives + 2 * pairs) * INDEX)      # kept: the draw and each pair's row
+    # [owned | fetched] embeddings, then the sources', positives' and negatives' rows (the sources broadcast
+    # over their negatives: no copy)
+    live.alloc("pair rows", ((n + fetched) + 2 * link.train + negatives) * width * FLOAT)
+    if config.decoder == "mlp":
+        live.alloc("decoder saved", 3 * pairs * width * FLOAT)  # Hadamard products, hidden layer, its ReLU
+    live.alloc("pair products", negatives * width * FLOAT)
+    live.free("pair products")
+    # the backward: the negatives' and the broadcast sources' gradients, the positives' and sources', and the
+    # gradient of the [owned | fetched] table
+    live.alloc("pair gradients", (2 * negatives + 2 * link.train + (n + fetched)) * width * FLOAT)
+    live.free("pair gradients", "pair rows", "decoder saved", "negatives, plan")
+    live.alloc("loss", 0)
+
+
+def _link_evaluation(live: _Liveness, link, n: int, width: int) -> None:
+    """gnn_dist.link.evaluation, the larger of the two held-out sets: [owned | fetched] rows of its endpoints and
+    MRR candidates, the positive and negative pairs' rows, and one chunk of MRR candidates."""
+    from gnn_dist.link.evaluation import SCORE_CHUNK_PAIRS
+
+    worst = max((link.val, link.val_neg), (link.test, link.test_neg))
+    ends = worst[0] + worst[1] + worst[0] * link.mrr_negatives
+    fetched = _distinct_remote(link, n, ends)
+    chunk = min(SCORE_CHUNK_PAIRS, worst[0] * link.mrr_negatives)
+    live.alloc("scoring", ((n + fetched) + 2 * (worst[0] + worst[1]) + 3 * chunk) * width * FLOAT + 3 * ends * INDEX)
+
+
+def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: bool, loss: bool = True) -> None:
     """The model's forward (gnn_dist.layer_stack.LayerStack.forward; evaluation differs only in what it keeps)."""
     model = config.model
     conv = model_class(model.model)
@@ -204,7 +265,7 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
         live.alloc("update scratch", n * scratch * FLOAT)
         live.alloc(f"saved update {k}", n * saved * FLOAT if training else 0)
         live.free("aggregated", "update scratch", "layer input")
-    live.alloc("loss", 3 * n * widths[-1][1] * FLOAT if training else 0)
+    live.alloc("loss", 3 * n * widths[-1][1] * FLOAT if training and loss else 0)
 
 
 def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
@@ -248,6 +309,7 @@ def plan_config_of(train_config) -> PlanConfig:
     """The planner's view of a gnn_dist.config.TrainConfig."""
     return PlanConfig(model=train_config.model, halo_memory=train_config.halo_memory, schedule=train_config.schedule,
                       halo_block_rows=train_config.halo_block_rows, feature_dtype=train_config.feature_dtype,
-                      eval_chunk_nodes=train_config.eval_chunk_nodes)
+                      eval_chunk_nodes=train_config.eval_chunk_nodes, task=train_config.task,
+                      neg_ratio=train_config.link.neg_ratio, decoder=train_config.link.decoder)
 
 

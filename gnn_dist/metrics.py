@@ -19,7 +19,10 @@ TENSORBOARD_INSTALL = "pip install 'gnn-dist[tensorboard]' (or pip install tenso
 TENSORBOARD_GROUPS = {"loss": "loss", "train_acc": "accuracy", "val_acc": "accuracy", "test_acc": "accuracy",
                       "halo_bytes": "traffic", "eval_halo_bytes": "traffic", "allreduce_bytes": "traffic",
                       "halo_rows_skipped": "traffic", "epoch_s": "time", "comm_s": "time", "wait_s": "time",
-                      "compute_s": "time", "eval_s": "time", "peak_rss_bytes_rank0": "memory"}
+                      "compute_s": "time", "eval_s": "time", "peak_rss_bytes_rank0": "memory",
+                      "score_bytes": "traffic", "eval_score_bytes": "traffic",
+                      **{f"{phase}_{name}": "link" for phase in ("val", "test")
+                         for name in ("auc", "hits@20", "hits@50", "hits@100", "mrr")}}
 
 
 def tensorboard_writer(directory: str):

@@ -4,9 +4,10 @@ Every part file is verified against its sha256 in meta.json first.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
-from gnn_dist.config import ModelConfig
+from gnn_dist.config import LinkConfig, ModelConfig
 from gnn_dist.host_memory import readable_bytes
 from gnn_dist.memory_plan import PlanConfig, plan_part
 from gnn_dist.partition.format import load_meta, part_shapes, verify_part_file
@@ -16,8 +17,10 @@ FP32_BYTES = 4
 
 
 def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = None, *,
-                      schedule: str = "exact", halo_dtype: str = "fp32", memory: PlanConfig | None = None) -> dict:
-    """memory: the training set-up to plan peak memory per rank for (defaults follow `model`)."""
+                      schedule: str = "exact", halo_dtype: str = "fp32", memory: PlanConfig | None = None,
+                      link: LinkConfig | None = None) -> dict:
+    """memory: the training set-up to plan peak memory per rank for (defaults follow `model`); link: the link
+    options (--task link partitions: the output is the embedding, and the endpoint exchanges are predicted)."""
     from pathlib import Path
 
     directory = Path(directory)
@@ -31,6 +34,11 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
     train = [p.train for p in meta.parts]
     mean_train = sum(train) / len(train)
     memory = memory or PlanConfig(model=model)
+    link = link or LinkConfig()
+    # The last layer's width: the class count, or (a --task link partition) the embedding's.
+    out_dim = (link.embedding_dim or model.hidden) if meta.task == "link" else meta.num_classes
+    if meta.task == "link":
+        memory = dataclasses.replace(memory, task="link", neg_ratio=link.neg_ratio, decoder=link.decoder)
     report = {
         "directory": str(directory),
         "dataset": meta.dataset,
@@ -41,6 +49,7 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
         "num_parts": meta.num_parts,
         "num_features": meta.num_features,
         "num_classes": meta.num_classes,
+        "task": meta.task,
         "edge_cut": meta.edge_cut,
         "edge_cut_fraction": meta.edge_cut / max(meta.num_edges // 2, 1),
         "replication_factor": (meta.num_nodes + total_halo) / meta.num_nodes,
@@ -50,11 +59,11 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
         "halo_bytes_per_layer_per_column": total_halo * FP32_BYTES,
         "model": {"model": model.model, "hidden": model.hidden, "num_layers": model.num_layers,
                   **({"heads": model.heads} if model.heads > 1 else {})},
-        "exchanged_widths": exchanged_widths(model, meta.num_features, meta.num_classes),
+        "exchanged_widths": exchanged_widths(model, meta.num_features, out_dim),
         "schedule": schedule,
         "halo_dtype": halo_dtype,
         "predicted_halo_bytes_per_epoch": predicted_halo_bytes_per_epoch(
-            total_halo, model, meta.num_features, meta.num_classes, halo_dtype, schedule, meta.num_parts,
+            total_halo, model, meta.num_features, out_dim, halo_dtype, schedule, meta.num_parts,
             memory.halo_memory),
         "parts": [
             {"part": k, "owned": p.owned, "halo": p.halo, "local_edges": p.local_edges,
@@ -62,7 +71,14 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
             for k, p in enumerate(meta.parts)
         ],
     }
-    plans = [plan_part(shape, memory, meta.num_features, meta.num_classes) for shape in part_shapes(directory)]
+    if meta.task == "link":
+        from gnn_dist.link.row_fetch import predicted_score_bytes
+
+        train_bytes, eval_bytes = predicted_score_bytes(directory, out_dim, link.neg_ratio)
+        report["link"] = {**meta.link, "embedding_dim": out_dim, "neg_ratio": link.neg_ratio, "decoder": link.decoder,
+                          "predicted_score_bytes_per_epoch": train_bytes,
+                          "predicted_eval_score_bytes_per_evaluation": eval_bytes}
+    plans = [plan_part(shape, memory, meta.num_features, out_dim) for shape in part_shapes(directory)]
     report["memory_plan"] = {
         "halo_memory": memory.halo_memory, "halo_block_rows": memory.halo_block_rows,
         "feature_dtype": memory.feature_dtype, "dropout": memory.model.dropout,
@@ -100,6 +116,16 @@ def format_report(report: dict) -> str:
         f"{m['num_layers']} layers, schedule {report['schedule']}, halo dtype {report['halo_dtype']} "
         f"(exchanged widths {report['exchanged_widths']}, forward and backward)",
     ]
+    if "link" in report:
+        link = report["link"]
+        lines += [
+            f"  link prediction     {link['train']:,} training, {link['val']:,} validation and {link['test']:,} test "
+            f"edges ({link['source']} split); embedding {link['embedding_dim']}, {link['neg_ratio']} negatives per "
+            f"positive, {link['decoder']} decoder",
+            f"  scoring traffic     {link['predicted_score_bytes_per_epoch'] / 1e6:.2f} MB of endpoint rows and "
+            f"gradients per training epoch (expected), {link['predicted_eval_score_bytes_per_evaluation'] / 1e6:.2f} "
+            f"MB per evaluation",
+        ]
     plan = report["memory_plan"]
     per_rank = ", ".join(f"{v / 2**30:.2f}" for v in plan["predicted_peak_rss_bytes_per_rank"])
     largest = sorted(plan["breakdown_of_largest"].items(), key=lambda kv: -kv[1])[:6]

@@ -62,13 +62,13 @@ def cmd_partition(args, argv: list[str]) -> int:
             edge_split = parse_edge_split(args.edge_split)
         except ValueError as err:
             return _fail("partition", str(err), launcher_rank() or 0)
-        if args.mrr_negatives < 0:
-            return _fail("partition", f"--mrr-negatives must be 0 or more, got {args.mrr_negatives}",
+        if args.mrr_negatives < 1:
+            return _fail("partition", f"--mrr-negatives must be at least 1, got {args.mrr_negatives}",
                          launcher_rank() or 0)
         if args.method == "ptscotch" or args.dataset.startswith("chunked:"):
-            return _fail("partition", "--task link splits the edges of a graph one process holds: partition it "
-                                      "with --method metis (chunked input and PT-Scotch carry no edge split yet)",
-                         launcher_rank() or 0)
+            return _fail("partition", "--task link splits the edges of a graph one process holds: partition the "
+                                      "dataset itself (not chunked:DIR) with --method metis or random; PT-Scotch "
+                                      "and chunked input carry no edge split yet", launcher_rank() or 0)
     if args.method != "ptscotch":
         if args.ranks is not None and args.ranks != 1:
             return _fail("partition", f"--ranks is for --method ptscotch ({args.method} runs in one process)")

@@ -388,3 +388,6 @@ def _load_chunked(arg, root, *, seed, download) -> Graph:
     from gnn_dist.partition.chunked import load_chunked  # chunked imports this module
 
     return load_chunked(arg)
+
+
+from gnn_dist.partition import ogb_link  # noqa: E402, F401 - registers ogbl-* (it imports this module's registry)

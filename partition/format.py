@@ -314,6 +314,28 @@ def load_node_map(directory: str | os.PathLike) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class LinkShape:
+    """A --task link part's pair counts (gnn_dist.memory_plan prices what link training holds)."""
+
+    train: int
+    val: int
+    val_neg: int
+    test: int
+    test_neg: int
+    mrr_negatives: int
+    num_nodes: int
+
+
+def link_shape(arrays, meta) -> LinkShape | None:
+    if meta.task != "link":
+        return None
+    return LinkShape(train=len(arrays["link_train"]), val=len(arrays["link_val_pos"]),
+                     val_neg=len(arrays["link_val_neg"]), test=len(arrays["link_test_pos"]),
+                     test_neg=len(arrays["link_test_neg"]), mrr_negatives=int(meta.link["mrr_negatives"]),
+                     num_nodes=meta.num_nodes)
+
+
+@dataclass(frozen=True)
 class PartShape:
     """The statistics of one part that its memory depends on (gnn_dist.memory_plan)."""
 
@@ -323,6 +345,7 @@ class PartShape:
     cut_entries: int          # entries whose source is a halo row
     sent_per_peer: tuple      # rows this part sends to each peer
     received_per_peer: tuple  # halo rows owned by each peer
+    link: LinkShape | None = None  # --task link partitions: the pairs this part holds
 
     @property
     def sent(self) -> int:
@@ -335,7 +358,8 @@ def part_shape(part) -> PartShape:
     return PartShape(owned=part.n_owned, halo=part.n_halo, entries=int(part.indptr[-1]),
                      cut_entries=int(np.count_nonzero(part.indices >= part.n_owned)),
                      sent_per_peer=tuple(int(v) for v in np.diff(part.send_ptr)),
-                     received_per_peer=tuple(int(v) for v in np.bincount(part.halo_owner, minlength=num_parts)))
+                     received_per_peer=tuple(int(v) for v in np.bincount(part.halo_owner, minlength=num_parts)),
+                     link=link_shape(part.arrays, part.meta))
 
 
 def part_shapes(directory) -> list[PartShape]:
@@ -347,8 +371,9 @@ def part_shapes(directory) -> list[PartShape]:
         with np.load(directory / part_file_name(k), allow_pickle=False) as arrays:
             sent = np.diff(arrays["send_ptr"])
             received = np.bincount(arrays["halo_owner"], minlength=meta.num_parts)
+            link = link_shape(arrays, meta)
         shapes.append(PartShape(owned=info.owned, halo=info.halo, entries=info.local_edges + info.cut_edges,
                                 cut_entries=info.cut_edges,
                                 sent_per_peer=tuple(int(v) for v in sent),
-                                received_per_peer=tuple(int(v) for v in received)))
+                                received_per_peer=tuple(int(v) for v in received), link=link))
     return shapes

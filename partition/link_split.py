@@ -36,10 +36,10 @@ class LinkSplit:
     train: np.ndarray
     val_pos: np.ndarray
     val_neg: np.ndarray
-    val_mrr: np.ndarray
+    val_mrr: np.ndarray | None   # None: drawn by with_mrr_negatives (a dataset's split without its own)
     test_pos: np.ndarray
     test_neg: np.ndarray
-    test_mrr: np.ndarray
+    test_mrr: np.ndarray | None
 
     def summary(self) -> dict:
         return {"train": int(self.train.shape[0]), "val": int(self.val_pos.shape[0]),
@@ -88,9 +88,9 @@ def split_edges(graph: Graph, fractions: tuple[float, float, float], seed: int,
     split = LinkSplit(
         train=train,
         val_pos=val, val_neg=_negative_pairs(rng, n, val.shape[0], existing),
-        val_mrr=_negative_destinations(rng, n, val[:, 0], mrr_negatives),
+        val_mrr=sample_destinations(rng, n, val[:, 0], mrr_negatives),
         test_pos=test, test_neg=_negative_pairs(rng, n, test.shape[0], existing),
-        test_mrr=_negative_destinations(rng, n, test[:, 0], mrr_negatives),
+        test_mrr=sample_destinations(rng, n, test[:, 0], mrr_negatives),
     )
     return with_edges(graph, train), split
 
@@ -115,7 +115,19 @@ def _negative_pairs(rng: np.random.Generator, n: int, count: int, existing: np.n
     return out[:count].astype(np.int64)
 
 
-def _negative_destinations(rng: np.random.Generator, n: int, sources: np.ndarray, count: int) -> np.ndarray:
+def with_mrr_negatives(split: LinkSplit, num_nodes: int, seed: int, count: int) -> LinkSplit:
+    """The split with MRR's negative destinations drawn (seeded) where it has none of its own."""
+    if split.val_mrr is not None and split.test_mrr is not None:
+        return split
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x3A2]))
+    return dataclasses.replace(
+        split, val_mrr=split.val_mrr if split.val_mrr is not None else
+        sample_destinations(rng, num_nodes, split.val_pos[:, 0], count),
+        test_mrr=split.test_mrr if split.test_mrr is not None else
+        sample_destinations(rng, num_nodes, split.test_pos[:, 0], count))
+
+
+def sample_destinations(rng: np.random.Generator, n: int, sources: np.ndarray, count: int) -> np.ndarray:
     """[len(sources), count] destinations uniform over the nodes other than each row's source."""
     draw = rng.integers(0, n - 1, size=(sources.shape[0], count))
     return (draw + (draw >= sources[:, None])).astype(np.int64)

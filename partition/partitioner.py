@@ -6,8 +6,14 @@ import os
 
 from gnn_dist.partition.build import build_parts, part_stats
 from gnn_dist.partition.format import PartitionMeta, save
-from gnn_dist.partition.graph import Graph
-from gnn_dist.partition.link_split import DEFAULT_EDGE_SPLIT, DEFAULT_MRR_NEGATIVES, part_link_arrays, split_edges
+from gnn_dist.partition.graph import DatasetError, Graph
+from gnn_dist.partition.link_split import (
+    DEFAULT_EDGE_SPLIT,
+    DEFAULT_MRR_NEGATIVES,
+    part_link_arrays,
+    split_edges,
+    with_mrr_negatives,
+)
 from gnn_dist.partition.metis import assign_parts, locality_blocks
 
 DEFAULT_LOCALITY_BLOCK = 256
@@ -23,9 +29,13 @@ def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, met
     task link: the held-out edges leave the graph before it is partitioned, and each part stores the split's
     pairs whose source it owns (gnn_dist.partition.link_split); a dataset's official split is kept."""
     split = None
+    if task == "node" and graph.link_split is not None:
+        raise DatasetError(f"{graph.name} is a link-prediction dataset without node labels: partition it with "
+                           f"--task link")
     if task == "link":
         if graph.link_split is not None:
-            split, source = graph.link_split, "official"
+            split = with_mrr_negatives(graph.link_split, graph.num_nodes, seed, mrr_negatives)
+            source = "official"
         else:
             graph, split = split_edges(graph, edge_split, seed, mrr_negatives)
             source = f"seeded {','.join(f'{f:g}' for f in edge_split)} (seed {seed})"

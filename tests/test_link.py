@@ -362,3 +362,44 @@ def test_a_link_model_embeds_and_exports_and_scores_as_the_run(link_parts, tmp_p
                    str(tmp_path / "ck"), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert np.abs(np.load(out) - z.numpy()).max() <= 1e-5
+
+
+def test_inspect_predicts_the_score_bytes_a_run_sends(link_parts, tmp_path):
+    """Evaluation's exchanges are fixed: predicted exactly. Training's negatives are random: the expectation, within
+    2% of the mean over epochs."""
+    directory = link_parts("synthetic:small", 4)
+    done = run_cli("inspect", str(directory), "--json", "--hidden", "16", "--num-layers", "2", "--embedding-dim", "8",
+                   "--neg-ratio", "2")
+    assert done.returncode == 0, done.stderr
+    predicted = json.loads(done.stdout)["link"]
+    records = run_link(directory, 4, tmp_path / "m.jsonl", epochs=6, eval_every=3)
+    epochs = records[:-1]
+    assert predicted["predicted_eval_score_bytes_per_evaluation"] == epochs[2]["eval_score_bytes"]
+    assert epochs[0]["eval_score_bytes"] == 0  # not evaluated
+    mean = np.mean([r["score_bytes"] for r in epochs])
+    assert abs(predicted["predicted_score_bytes_per_epoch"] - mean) <= 0.02 * mean
+
+
+@pytest.mark.parametrize("args", [["--method", "ptscotch"], ["--mrr-negatives", "0"]])
+def test_link_partitioning_refuses_what_it_cannot_split_in_one_line(tmp_path, args):
+    done = run_cli("partition", "--dataset", "synthetic:tiny", "--num-parts", "2", "--out", str(tmp_path / "p"),
+                   "--task", "link", *args)
+    assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert ("carry no edge split" if "ptscotch" in args else "--mrr-negatives must be at least 1") in done.stderr
+
+
+def test_a_version_1_partition_still_trains_node_classification(partitioned, tmp_path):
+    """Partitions written before --task (format 1, no task in meta.json) are node classification's."""
+    import shutil
+
+    directory = tmp_path / "old"
+    shutil.copytree(partitioned("synthetic:tiny", 2), directory)
+    meta = json.loads((directory / "meta.json").read_text())
+    meta["format_version"] = 1
+    for key in ("task", "link"):
+        meta.pop(key, None)
+    (directory / "meta.json").write_text(json.dumps(meta))
+    done = run_mpi(2, "train", "--parts", str(directory), "--epochs", "2", "--no-progress")
+    assert done.returncode == 0 and "test_acc=" in done.stdout, done.stderr
+    done = run_mpi(2, "train", "--parts", str(directory), "--task", "link", "--epochs", "1")
+    assert done.returncode != 0 and "partitioned for --task node" in done.stderr

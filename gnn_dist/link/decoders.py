@@ -17,6 +17,8 @@ from gnn_dist.models.base import linear_uniform_
 
 
 class DotDecoder(nn.Module):
+    """Shapes, for both decoders: z_u [..., D] and z_v [..., D], broadcasting -> scores [...]."""
+
     def reset_parameters(self, generator: torch.Generator) -> None:
         pass
 
@@ -47,9 +49,9 @@ def make_decoder(name: str, width: int, seed: int) -> nn.Module:
 
 def pair_loss_sum(decoder: nn.Module, z_src: torch.Tensor, z_pos: torch.Tensor, z_neg: torch.Tensor) -> torch.Tensor:
     """Summed binary cross-entropy of T positives (z_src[i], z_pos[i]) scored 1 and their T*K negatives
-    (z_src[i], z_neg[i*K + k]) scored 0."""
-    ratio = z_neg.shape[0] // max(z_src.shape[0], 1)
+    (z_src[i], z_neg[i, k]) scored 0. z_src, z_pos: [T, D]; z_neg: [T, K, D]. The sources broadcast over their
+    K negatives (no [T*K, D] copy of them is made or saved)."""
     positive = decoder(z_src, z_pos)
-    negative = decoder(z_src.repeat_interleave(ratio, 0), z_neg)
+    negative = decoder(z_src.unsqueeze(1), z_neg)
     return (nn.functional.binary_cross_entropy_with_logits(positive, torch.ones_like(positive), reduction="sum")
             + nn.functional.binary_cross_entropy_with_logits(negative, torch.zeros_like(negative), reduction="sum"))

@@ -56,9 +56,9 @@ def evaluate_link(state) -> dict:
         per_chunk = max(1, SCORE_CHUNK_PAIRS // max(r, 1))
         for start in range(0, n_pos, per_chunk):
             stop = min(n_pos, start + per_chunk)
-            sources = z[torch.from_numpy(pos[start:stop, 0] - pairs.first)].repeat_interleave(r, 0)
-            candidates = table[rows[n_pos + n_neg + start * r:n_pos + n_neg + stop * r]]
-            mrr_scores[start:stop] = model.decoder(sources, candidates).reshape(stop - start, r)
+            sources = z[torch.from_numpy(pos[start:stop, 0] - pairs.first)].unsqueeze(1)  # broadcast over r
+            candidates = table[rows[n_pos + n_neg + start * r:n_pos + n_neg + stop * r]].view(stop - start, r, -1)
+            mrr_scores[start:stop] = model.decoder(sources, candidates)
         figures.update(_combine(state, phase, pos_scores.numpy(), neg_scores.numpy(), mrr_scores.numpy()))
     return figures
 

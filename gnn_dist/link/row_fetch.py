@@ -90,3 +90,40 @@ class _FetchRows(torch.autograd.Function):
         grad_owned = grad_received.new_zeros(ctx.n_owned, grad_received.shape[1])
         grad_owned.index_add_(0, request.serve_rows, returned)
         return grad_owned, None, None
+
+
+def predicted_score_bytes(directory, width: int, neg_ratio: int) -> tuple[float, int]:
+    """(training bytes per epoch, evaluation bytes per evaluation) of the endpoint exchanges, summed over ranks,
+    for a --task link partition: what `gnn-dist inspect` reports and the metrics' score_bytes and
+    eval_score_bytes measure.
+
+    Per rank and exchange: the counts of the id request ((P - 1) int64), one int64 id per distinct remote
+    endpoint, and its row (width fp32) back, plus in training its gradient. The held-out pairs are fixed, so the
+    evaluation's figure is exact. Training negatives are drawn anew each epoch, so that figure is an
+    expectation: the positives' remote destinations are known, and each other remote node is among the
+    rank's T * K uniform draws over the N - 1 nodes other than the source with probability
+    1 - (1 - 1 / (N - 1))**(T K).
+    """
+    from gnn_dist.partition.format import load_meta, load_node_map, load_part
+
+    meta = load_meta(directory)
+    owner = np.empty(meta.num_nodes, dtype=np.int32)
+    owner[load_node_map(directory)] = np.repeat(np.arange(meta.num_parts, dtype=np.int32), np.diff(meta.partptr))
+    size, row = meta.num_parts, 4 * width
+    request = (size - 1) * 8
+    train, evaluation = 0.0, 0
+    for k in range(size):
+        arrays = load_part(directory, k, meta).arrays
+        n_remote = meta.num_nodes - meta.parts[k].owned
+        destinations = arrays["link_train"][:, 1]
+        known = np.unique(destinations[owner[destinations] != k])
+        draws = len(destinations) * neg_ratio
+        hit = -np.expm1(draws * np.log1p(-1.0 / (meta.num_nodes - 1))) if meta.num_nodes > 1 else 0.0
+        expected = len(known) + (n_remote - len(known)) * hit
+        train += request + expected * (8 + 2 * row)
+        for phase in ("val", "test"):
+            ends = np.concatenate([arrays[f"link_{phase}_pos"][:, 1], arrays[f"link_{phase}_neg"][:, 1],
+                                   arrays[f"link_{phase}_mrr"].reshape(-1)])
+            remote = len(np.unique(ends[owner[ends] != k]))
+            evaluation += request + remote * (8 + row)
+    return (train, evaluation) if size > 1 else (0.0, 0)

@@ -38,9 +38,12 @@ class LinkFullBatchMode:
         request = self.fetcher.plan(np.concatenate([pairs.train[:, 1], negatives.reshape(-1)]))
         z = model(state.x_full)
         table = self.fetcher.table(z, request)
-        rows = table.index_select(0, torch.from_numpy(request.positions))
         n = len(pairs.train)
-        loss = pair_loss_sum(model.decoder, z.index_select(0, self.sources), rows[:n], rows[n:]) \
+        # Two gathers, not one sliced in two: a slice's backward would allocate the whole gather's gradient.
+        positions = torch.from_numpy(request.positions)
+        z_pos = table.index_select(0, positions[:n])
+        z_neg = table.index_select(0, positions[n:]).view(n, self.ratio, -1)
+        loss = pair_loss_sum(model.decoder, z.index_select(0, self.sources), z_pos, z_neg) \
             / (pairs.num_train_total * (1 + self.ratio))
         loss.backward()
         (global_loss,) = sync_gradients(state.exchanger, self.params, self.flat, [loss.detach()])

@@ -37,5 +37,6 @@ class LinkMiniBatchMode(MiniBatchMode):
         n, where = targets
         if n == 0:
             return out.sum() * 0.0, 0
-        z = out.index_select(0, where)
-        return pair_loss_sum(self.state.model.decoder, z[:n], z[n:2 * n], z[2 * n:]), n * (1 + self.ratio)
+        z_src, z_pos = out.index_select(0, where[:n]), out.index_select(0, where[n:2 * n])
+        z_neg = out.index_select(0, where[2 * n:]).view(n, self.ratio, -1)
+        return pair_loss_sum(self.state.model.decoder, z_src, z_pos, z_neg), n * (1 + self.ratio)
