@@ -44,6 +44,16 @@ def _tasks():
     return gnn_dist.tasks
 
 
+def timeout_seconds(text: str) -> float | str:
+    """--timeout: "auto" or a number of seconds (0: off)."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give auto or a number of seconds, got {text!r}") from None
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -200,7 +210,9 @@ class TrainConfig:
     checkpoint_every: int = option(10, "epochs between checkpoints")
     keep_checkpoints: int = option(3, "complete checkpoints to keep")
     resume: bool = option(False, "continue from the newest complete checkpoint")
-    timeout: float = option(600.0, "abort the job when a rank makes no progress for this many seconds (0: never)")
+    timeout: float | str = option("auto", "abort the job when a rank makes no progress for this many seconds (0: "
+                                          "never); auto: max(60 s, 20 x the longest step seen) once training runs, "
+                                          "more in set-up and evaluation (gnn_dist.watchdog)", parse=timeout_seconds)
     predictions_out: str | None = option(None, ".npy of every node's predicted class, by original id (rank 0 "
                                                "writes it)", parse=str)
     tensorboard: str | None = option(None, "write each epoch's scalars (loss, accuracies, bytes, times, memory) to "
@@ -296,8 +308,8 @@ class TrainConfig:
                 raise ValueError(f"{flag} must be at least 1, got {value}")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("--resume needs --checkpoint-dir DIR (where the checkpoints are)")
-        if self.timeout < 0:
-            raise ValueError(f"--timeout must be 0 (off) or positive seconds, got {self.timeout}")
+        if self.timeout != "auto" and not (isinstance(self.timeout, (int, float)) and self.timeout >= 0):
+            raise ValueError(f"--timeout must be auto, 0 (off) or positive seconds, got {self.timeout}")
         if self.profile is not None:
             profile_range(self.profile_epochs)
         if self.simulate_link is not None:

@@ -6,7 +6,9 @@ gnn_dist.partition.memory_model for the partitioner); this module compares them 
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 # One gnn-dist process before its data: Python, torch, numpy, mpi4py and MPI's buffers, the native kernels, and
 # what set-up leaves behind beyond the arrays it keeps. Measured with mpiexec -n 1..4 on synthetic:arxiv:
@@ -19,15 +21,54 @@ def readable_bytes(value: float) -> str:
     return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
 
 
+HOST_MEMORY_ENV = "GNN_DIST_HOST_MEMORY"
+
+
+def host_budget_bytes() -> int | None:
+    """GNN_DIST_HOST_MEMORY (a size like 8G): the memory this host gives the job's ranks in all, for a node shared
+    with other work (and the emulated cluster's hosts); None when unset."""
+    from gnn_dist.config import byte_size
+
+    text = os.environ.get(HOST_MEMORY_ENV)
+    return byte_size(text) if text else None
+
+
 def available_memory_bytes() -> int | None:
-    """The host's MemAvailable (Linux), or None where it cannot be read."""
+    """What this host has free now: the lesser of its MemAvailable (Linux) and what the process's memory cgroup
+    still allows (a container's or a SLURM job's limit); None where neither can be read."""
+    found = []
     try:
         with open("/proc/meminfo") as handle:
             for line in handle:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    found.append(int(line.split()[1]) * 1024)
     except OSError:
         pass
+    found += [left for left in [_cgroup_room()] if left is not None]
+    return min(found) if found else None
+
+
+def _cgroup_room() -> int | None:
+    """The memory cgroup's limit less its usage (v2 memory.max, v1 memory.limit_in_bytes), None without a limit."""
+    try:
+        entries = [line.strip().split(":", 2) for line in open("/proc/self/cgroup")]
+    except OSError:
+        return None
+    for _, controllers, path in entries:
+        if controllers == "":  # v2
+            base = Path("/sys/fs/cgroup") / path.lstrip("/")
+            limit_file, usage_file = base / "memory.max", base / "memory.current"
+        elif "memory" in controllers.split(","):  # v1
+            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            limit_file, usage_file = base / "memory.limit_in_bytes", base / "memory.usage_in_bytes"
+        else:
+            continue
+        try:
+            limit, usage = limit_file.read_text().strip(), int(usage_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 1 << 60:  # "max", or v1's "no limit" near 2**63
+            return max(0, int(limit) - usage)
     return None
 
 
@@ -40,6 +81,7 @@ class RankMemory:
     summary: str
     current: int
     available: int | None
+    budget: int | None = None  # GNN_DIST_HOST_MEMORY: what the host gives all of the job's ranks on it
 
 
 def memory_refusal(ranks: list[RankMemory], limit: int | None) -> str | None:
@@ -61,6 +103,14 @@ def memory_refusal(ranks: list[RankMemory], limit: int | None) -> str | None:
     for r, report in enumerate(ranks):
         hosts.setdefault(report.host, []).append(r)
     for host, members in hosts.items():
+        budgets = [ranks[r].budget for r in members if ranks[r].budget is not None]
+        total = sum(ranks[r].predicted for r in members)
+        if budgets and total > min(budgets):
+            worst = max(members, key=lambda r: ranks[r].predicted)
+            return (f"the {len(members)} ranks on {host} would need about {total / 2**30:.2f} GiB at their peaks "
+                    f"(rank {worst}: {ranks[worst].predicted / 2**30:.2f} GiB: {ranks[worst].summary}) but the host "
+                    f"gives the job {min(budgets) / 2**30:.2f} GiB ({HOST_MEMORY_ENV}): {fixes}; or place fewer "
+                    f"ranks on {host}")
         available = [ranks[r].available for r in members if ranks[r].available is not None]
         if not available:
             continue

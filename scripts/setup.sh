@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (once) and install gnn-dist with its test, MPI and distributed-partitioning extras.
 # As root on Debian/Ubuntu it also installs PT-Scotch and Open MPI from apt (the distributed partitioner's
-# ranks run under them); elsewhere it says so and the tests that need them skip with that reason.
+# ranks run under them) and the tools of the emulated cluster (ip and tc, unshare and nsenter, pgrep); elsewhere
+# it says so and the tests that need them skip with that reason.
 # torch is pinned here: an unpinned resolve pulls a multi-GB CUDA build.
 # Knobs: TORCH_VERSION (default 2.13.0), VENV (default .venv), PYTHON (default python3).
 set -euo pipefail
@@ -9,13 +10,13 @@ cd "$(dirname "$0")/.."
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 VENV="${VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
-APT_PACKAGES="libptscotch-dev openmpi-bin"
+APT_PACKAGES="libptscotch-dev openmpi-bin iproute2 util-linux procps"
 if ! dpkg -s $APT_PACKAGES >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get install -y -q $APT_PACKAGES >/dev/null 2>&1 \
             || { apt-get update -q >/dev/null && apt-get install -y -q $APT_PACKAGES >/dev/null; } \
-            || echo "setup: apt-get could not install $APT_PACKAGES: the PT-Scotch tests will skip" >&2
+            || echo "setup: apt-get could not install $APT_PACKAGES: the PT-Scotch and cluster tests will skip" >&2
     else
         echo "setup: not root or no apt-get: skipping $APT_PACKAGES (gnn-dist partition --ranks R > 1 needs them)" >&2
     fi

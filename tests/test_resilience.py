@@ -268,3 +268,39 @@ def test_unknown_dataset_and_missing_files_from_the_cli(tmp_path):
         done = run_cli("partition", *args, "--num-parts", "2", "--out", str(tmp_path / "p"))
         assert done.returncode != 0 and message in done.stderr
         assert not (tmp_path / "p").exists()
+
+
+def test_timeout_auto_fits_the_limit_to_the_steps_seen(monkeypatch):
+    """--timeout auto: 600 s through set-up and a phase's first round; then 20 x the longest quiet gap of the
+    phase, at least 60 s in training and 300 s in evaluation."""
+    import gnn_dist.watchdog as watchdog
+
+    clock = [0.0]
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: clock[0])
+    dog = watchdog.Watchdog("auto", rank=0, abort=lambda code: None, poll=3600)
+    try:
+        def beat(step, after):
+            clock[0] += after
+            dog.beat(step)
+
+        beat("set-up: fetching halo input features", 30.0)
+        assert dog.limit() == watchdog.AUTO_FIRST
+        beat("epoch 0: training step", 5.0)
+        beat("halo exchange", 0.5)
+        beat("halo exchange", 4.0)  # the longest quiet gap inside training: 4 s
+        assert dog.limit() == watchdog.AUTO_FIRST  # training not yet seen through
+        beat("epoch 0: evaluation", 1.0)
+        assert dog.limit() == watchdog.AUTO_FIRST  # nor evaluation
+        beat("epoch 1: training step", 20.0)  # evaluation was quiet for 20 s
+        assert dog.limit() == 80.0  # 20 x 4 s
+        beat("epoch 1: evaluation", 1.0)
+        assert dog.limit() == 400.0  # 20 x 20 s
+        beat("epoch 2: training step", 2.0)
+        beat("epoch 2: evaluation", 0.1)
+        beat("epoch 3: training step", 0.1)
+        assert dog.limit() == 80.0  # the longest gap so far still rules
+    finally:
+        dog.stop()
+    fixed = watchdog.Watchdog(45, rank=0, abort=lambda code: None, poll=3600)
+    assert fixed.limit() == 45
+    fixed.stop()

@@ -17,6 +17,7 @@ from gnn_dist.config import TrainConfig, profile_range
 from gnn_dist.context import RankContext
 from gnn_dist.log import rank_logger
 from gnn_dist.metrics import summarise
+from gnn_dist.peers import PeerMonitor
 from gnn_dist.rss import PhasePeaks, peak_rss_bytes, release_free_heap, use_workspace
 from gnn_dist.simulated_link import LinkModel
 from gnn_dist.supervise import restarts_so_far
@@ -173,10 +174,14 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
     """Train on this rank's part; returns the final record (the same on every rank)."""
     use_workspace()
     memory = PhasePeaks("setup")
+    # Real MPI jobs only: simulated ranks share one process, which nothing can lose alone.
+    peers = PeerMonitor.start(ctx.comm) if ctx.comm.aborts_job else None
     try:
-        state = setup(ctx, config)
+        state = setup(ctx, config, peers)
     except BaseException:
         memory.stop()
+        if peers is not None:
+            peers.close(failing=True)
         raise
     state.memory = memory
     complete = False
@@ -206,4 +211,6 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
     finally:
         memory.stop()
         state.watchdog.stop()
+        if state.peers is not None:
+            state.peers.close(failing=not complete)
         state.metrics.close(complete)

@@ -25,13 +25,14 @@ from gnn_dist.config import FEATURE_DTYPES, TrainConfig
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.host_memory import RankMemory, available_memory_bytes, memory_refusal
+from gnn_dist.host_memory import RankMemory, available_memory_bytes, host_budget_bytes, memory_refusal
 from gnn_dist.kernels.native import native_module
 from gnn_dist.local_graph import LocalGraph
 from gnn_dist.log import rank_logger
 from gnn_dist.memory_plan import plan_config_of, plan_part
 from gnn_dist.metrics import MetricsWriter
 from gnn_dist.partition.format import load_meta, load_part, part_shape
+from gnn_dist.peers import PeerMonitor
 from gnn_dist.rss import current_rss_bytes
 from gnn_dist.schedules import parse_schedule
 from gnn_dist.simulated_link import LinkModel, ModelledLinkComm
@@ -59,7 +60,9 @@ def agree_on_setup(ctx: RankContext, build) -> object:
     return result
 
 
-def setup(ctx: RankContext, config: TrainConfig) -> RankState:
+def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = None) -> RankState:
+    """peers: the rank's watch over its neighbours (gnn_dist.peers; train() starts it), named by the watchdog when
+    it finds the job stalled."""
     torch.set_num_threads(config.threads)
 
     def build_local():
@@ -82,8 +85,8 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     if config.mode == "full":
         refuse_if_memory_short(ctx, config, part, task)
     # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
-    watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort) \
-        if config.timeout > 0 and ctx.comm.aborts_job else NoWatchdog()
+    watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort, explain=peers.unreachable if peers else None) \
+        if config.timeout != 0 and ctx.comm.aborts_job else NoWatchdog()
     watchdog.beat("set-up: fetching halo input features")
     plan = HaloPlan.from_part(part)
     # Training's data exchanges go through this communicator: under --simulate-link, a modelled network.
@@ -114,7 +117,7 @@ def setup(ctx: RankContext, config: TrainConfig) -> RankState:
     broadcast_parameters(ctx, list(model.parameters()))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, metrics,
-                      meta.dataset, setup_halo_bytes, meta.partition_id, watchdog, task=task)
+                      meta.dataset, setup_halo_bytes, meta.partition_id, watchdog, task=task, peers=peers)
     if config.checkpoint_dir:
         state.graph_identity = graph_identity(ctx.comm, meta, part.node_ids, part.y, part.deg[:part.n_owned])
     task.prepare(state, part)
@@ -157,7 +160,7 @@ def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task) ->
     host's ranks would not fit (or a rank would pass --memory-limit)."""
     plan = plan_part(part_shape(part), plan_config_of(config), part.meta.num_features, task.output_width())
     mine = RankMemory(socket.gethostname(), plan.peak, plan.summary(3), current_rss_bytes(),
-                      available_memory_bytes())
+                      available_memory_bytes(), host_budget_bytes())
     reason = memory_refusal(ctx.comm.allgather_object(mine), config.memory_limit)
     if reason is not None:
         raise SetupError(reason)

@@ -43,6 +43,7 @@ class RankState:
     guard: object = None  # the divergence guard of a lossy schedule (gnn_dist.training.guard), else None
     val_majority_rate: float | None = None  # the validation accuracy of always answering the most common class
     task: object = None  # what the run learns (gnn_dist.tasks.base.Task)
+    peers: object = None  # this rank's watch over its ring neighbours (gnn_dist.peers.PeerMonitor), real MPI only
     task_data: object = None  # the task's own data on this rank (link prediction: gnn_dist.link.pairs.LinkPairs)
 
 

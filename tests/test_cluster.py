@@ -1,0 +1,215 @@
+"""Across an emulated cluster: two "hosts" (network, UTS, IPC, mount and PID namespaces on a bridge, links
+shaped to 1 Gbit/s by tbf; scripts/cluster.sh), MPI between them over TCP. Runs where `ip netns` works as
+root; skips with the reason elsewhere."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_mpi
+
+pytestmark = [pytest.mark.cluster, pytest.mark.mpi]
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER = ROOT / "scripts" / "cluster.sh"
+NAME = f"gdt{os.getpid() % 10000}"
+HOSTS = [f"{NAME}-h0", f"{NAME}-h1"]
+
+
+def _cluster_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "the emulated cluster needs root (network namespaces, tc)"
+    missing = [tool for tool in ("ip", "tc", "unshare", "nsenter") if shutil.which(tool) is None]
+    if missing:
+        return f"the emulated cluster needs {', '.join(missing)}"
+    probe = f"gdprobe{os.getpid() % 10000}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"ip netns does not work here: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+def cluster(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    done = subprocess.run(["bash", str(CLUSTER), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "CLUSTER_NAME": NAME})
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    reason = _cluster_unavailable()
+    if reason:
+        pytest.skip(reason)
+    # h0 has 1.5 GiB (a memory cgroup), h1 the machine's memory (the refusal test needs a host short of memory)
+    cluster("up", "2", "--rate", "1gbit", "--memory", f"{HOSTS[0]}=1500M")
+    try:
+        yield HOSTS
+    finally:
+        cluster("down", check=False)
+
+
+def mpiexec_on(hosts_spec: str, n: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`mpiexec -hosts SPEC -n N ARGS` with its control on h0 and ranks launched on the hosts."""
+    env = {**os.environ, "CLUSTER_NAME": NAME, "MPIEXEC": str(Path(sys.executable).parent / "mpiexec"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    command = ["bash", str(CLUSTER), "mpiexec", "-hosts", hosts_spec, "-n", str(n), sys.executable, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+RUNS = {"exact-full": [], "pipeline-full": ["--schedule", "pipeline"],
+        "exact-sampled": ["--mode", "sampled", "--fanouts", "5,5", "--batch-size", "128"]}
+
+
+@pytest.mark.parametrize("num_parts", [2, 4])
+def test_training_across_two_hosts_equals_one_host(hosts, partitioned, tmp_path, num_parts):
+    """The same loss curves, accuracies and bytes as the same ranks on one host (and the ranks ran on both)."""
+    parts = partitioned("synthetic:small", num_parts)
+    common = ["--parts", str(parts), "--epochs", "6", "--hidden", "16", "--no-progress", "--timeout", "120"]
+    spec = ",".join(f"{host}:{num_parts // 2}" for host in hosts)
+    for name, extra in RUNS.items():
+        across, alone = tmp_path / f"{name}-cluster.jsonl", tmp_path / f"{name}-local.jsonl"
+        done = mpiexec_on(spec, num_parts, "-m", "gnn_dist", "train", *common, *extra, "--metrics-out", str(across))
+        assert done.returncode == 0, done.stderr[-3000:]
+        done = run_mpi(num_parts, "train", *common, *extra, "--metrics-out", str(alone))
+        assert done.returncode == 0, done.stderr[-3000:]
+        cluster_records, local_records = records(across), records(alone)
+        curve, reference = [r["loss"] for r in cluster_records[:-1]], [r["loss"] for r in local_records[:-1]]
+        assert len(curve) == 6 and all(abs(a - b) <= 1e-6 * abs(b) for a, b in zip(curve, reference)), (name, curve,
+                                                                                                         reference)
+        for key in ("test_acc", "halo_bytes_total", "allreduce_bytes_total"):
+            assert cluster_records[-1][key] == local_records[-1][key], (name, key)
+
+
+def test_ranks_really_ran_on_both_hosts(hosts):
+    done = mpiexec_on(",".join(hosts), 2, "-c", "import socket; print(socket.gethostname())")
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == sorted(hosts)
+
+
+def test_the_link_between_hosts_is_shaped(hosts):
+    """MPI between the hosts goes over the 1 Gbit/s link (TCP through the bridge), not shared memory."""
+    probe = ("import time, numpy as np; from mpi4py import MPI; c = MPI.COMM_WORLD; b = np.zeros(12_500_000, np.uint8)"
+             "; c.Barrier(); t = time.perf_counter()\n"
+             "for _ in range(3):\n"
+             "    (c.Send(b, 1), c.Recv(b, 1)) if c.rank == 0 else (c.Recv(b, 0), c.Send(b, 0))\n"
+             "c.rank == 0 and print(6 * b.nbytes * 8 / (time.perf_counter() - t) / 1e9)")
+    done = mpiexec_on(",".join(hosts), 2, "-c", probe)
+    assert done.returncode == 0, done.stderr
+    gbits = float(done.stdout.split()[-1])
+    assert 0.5 < gbits < 1.1, gbits  # the shaped rate, where shared memory would move tens of Gbit/s
+
+
+def test_a_host_short_of_memory_is_refused_by_name(hosts, tmp_path):
+    """Four ranks of synthetic:arxiv (about 0.75 GiB each at hidden 256) fit the two hosts together, but three of
+    them do not fit the 1.5 GiB h0 has (a memory cgroup, as a container's or a SLURM job's limit); one does."""
+    from gnn_dist.partition.datasets import load_dataset
+    from gnn_dist.partition.partitioner import partition_graph
+
+    parts = tmp_path / "arxiv4"
+    partition_graph(load_dataset("synthetic:arxiv"), 4, parts)
+    options = ["--epochs", "0", "--hidden", "256", "--num-layers", "3", "--no-progress"]
+    done = mpiexec_on(f"{hosts[0]}:3,{hosts[1]}:1", 4, "-m", "gnn_dist", "train", "--parts", str(parts), *options)
+    assert done.returncode == 3, done.stderr[-2000:]
+    line = [text for text in done.stderr.splitlines() if "gnn-dist train: error" in text]
+    assert len(line) == 1 and f"the 3 ranks on {hosts[0]}" in line[0] and "available" in line[0], done.stderr
+    done = mpiexec_on(f"{hosts[0]}:1,{hosts[1]}:3", 4, "-m", "gnn_dist", "train", "--parts", str(parts), *options)
+    assert done.returncode == 0, done.stderr[-2000:]  # the other way round, it fits
+
+
+def _start(hosts, parts, metrics, *extra) -> subprocess.Popen:
+    env = {**os.environ, "CLUSTER_NAME": NAME, "MPIEXEC": str(Path(sys.executable).parent / "mpiexec"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    command = ["bash", str(CLUSTER), "mpiexec", "-hosts", ",".join(hosts), "-n", "2", sys.executable, "-m",
+               "gnn_dist", "train", "--parts", str(parts), "--no-progress", "--metrics-out", str(metrics), *extra]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def _wait_for_epochs(metrics: Path, count: int, deadline: float) -> None:
+    partial = metrics.with_name(metrics.name + ".partial")
+    while time.monotonic() < deadline:
+        if partial.exists() and len(partial.read_text().splitlines()) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{count} epochs never came")
+
+
+def test_a_lost_host_is_named_by_the_surviving_rank(hosts, partitioned, tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    job = _start(hosts, partitioned("synthetic:small", 2), metrics, "--epochs", "100000")
+    try:
+        _wait_for_epochs(metrics, 3, time.monotonic() + 120)
+        cluster("killall", hosts[1])
+        _, stderr = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode != 0
+    assert f"lost rank 1 on host {hosts[1]}" in stderr, stderr
+
+
+def test_a_cut_link_ends_the_job_in_about_a_minute_naming_the_silent_peer(hosts, partitioned, tmp_path):
+    """--timeout auto: once training runs, max(60 s, 20 x the longest step): a minute here, not the old 600 s."""
+    metrics = tmp_path / "m.jsonl"
+    job = _start(hosts, partitioned("synthetic:small", 2), metrics, "--epochs", "100000", "--eval-every", "1000")
+    try:
+        _wait_for_epochs(metrics, 3, time.monotonic() + 120)
+        cut_at = time.monotonic()
+        cluster("cut", hosts[1])
+        _, stderr = job.communicate(timeout=200)
+        took = time.monotonic() - cut_at
+    finally:
+        job.kill()
+        cluster("heal", hosts[1], check=False)
+    assert job.returncode != 0
+    assert 55 < took < 120, took
+    assert "--timeout auto" in stderr and f"not answering: rank 1 on {hosts[1]}" in stderr, stderr
+
+
+def test_supervise_heals_a_job_whose_host_lost_all_its_processes(hosts, partitioned, tmp_path):
+    parts = partitioned("synthetic:small", 2)
+    whole = tmp_path / "whole.jsonl"
+    done = run_mpi(2, "train", "--parts", str(parts), "--epochs", "40", "--no-progress", "--metrics-out", str(whole))
+    assert done.returncode == 0, done.stderr
+    metrics, ckpt = tmp_path / "m.jsonl", tmp_path / "ckpt"
+    env = {**os.environ, "CLUSTER_NAME": NAME, "MPIEXEC": str(Path(sys.executable).parent / "mpiexec"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    launch = ["bash", str(CLUSTER), "mpiexec", "-hosts", ",".join(hosts), "-n", "2", sys.executable, "-m", "gnn_dist",
+              "train", "--parts", str(parts), "--epochs", "40", "--no-progress", "--metrics-out", str(metrics),
+              "--checkpoint-dir", str(ckpt), "--checkpoint-every", "5"]
+    job = subprocess.Popen([sys.executable, "-m", "gnn_dist", "supervise", "--backoff", "1", "--", *launch],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not any((ckpt / f"epoch-{e:06d}" / "MANIFEST.json").exists() for e in (10, 15)):
+            assert time.monotonic() < deadline, "no checkpoint came"
+            time.sleep(0.2)
+        cluster("killall", hosts[1])
+        _, stderr = job.communicate(timeout=300)
+    finally:
+        job.kill()
+    assert job.returncode == 0, stderr[-3000:]
+    assert "restart 1 of 3" in stderr and f"lost rank 1 on host {hosts[1]}" in stderr, stderr[-3000:]
+    healed, reference = records(metrics), records(whole)
+    assert healed[-1]["restarts"] == 1 and healed[-1]["resumed_from_epoch"] > 0
+    assert [r["loss"] for r in healed[:-1]] == pytest.approx([r["loss"] for r in reference[:-1]], rel=1e-6)
+
+
+def test_cluster_script_refuses_what_it_cannot_do():
+    done = subprocess.run(["bash", str(CLUSTER), "up", "zero"], capture_output=True, text=True)
+    assert done.returncode != 0 and "give the number of hosts" in done.stderr
+    done = subprocess.run(["bash", str(CLUSTER), "exec", "nohost-h9", "true"], capture_output=True, text=True,
+                          env={**os.environ, "CLUSTER_NAME": "nosuchcluster"})
+    assert done.returncode != 0 and "no host nohost-h9" in done.stderr
