@@ -184,58 +184,55 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def cmd_train(args) -> int:
+def _run_collective(command: str, job):
+    """Run `job(ctx)` on every rank: (its result, 0), or (None, the exit status) after reporting the failure.
+
+    A SetupError is raised identically on every rank: rank 0 reports it once and every rank exits cleanly, with
+    the status that says "the input was refused" (a supervisor does not retry it). Anything else is one rank's
+    failure, which must end the whole job."""
     from gnn_dist.comm import make_world_comm
     from gnn_dist.context import RankContext, SetupError
-    from gnn_dist.training import train
 
     comm = make_world_comm()
     ctx = RankContext(comm)
     try:
-        final = train(ctx, train_config_from_args(args))
+        return job(ctx), 0, ctx
     except SetupError as err:
-        # Raised identically on every rank: report once, exit cleanly everywhere, with the status that says
-        # "the input was refused" (a supervisor does not retry it).
         if ctx.is_root:
-            _fail("train", str(err))
-        return EXIT_SETUP
+            _fail(command, str(err))
+        return None, EXIT_SETUP, ctx
     except Exception as err:  # noqa: BLE001 - one rank's failure must end the whole job
-        print(f"gnn-dist train: error on rank {ctx.rank}: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"gnn-dist {command}: error on rank {ctx.rank}: {type(err).__name__}: {err}", file=sys.stderr)
         if ctx.size > 1:
             comm.abort(EXIT_ERROR)
-        return EXIT_ERROR
-    if ctx.is_root:
-        from gnn_dist.tasks import task_class
+        return None, EXIT_ERROR, ctx
 
-        print(f"final: {task_class(final['task']).final_text(final)} "
-              f"halo_bytes_total={final['halo_bytes_total']:,} ({final['halo_bytes_total'] / 1e6:.2f} MB) "
-              f"epoch_s_median={final['epoch_s_median']:.4f} ranks={final['num_parts']}"
-              + (f" link={final['simulated_link']}" if final["simulated_link"] else "")
-              if final["epochs"] else f"final: 0 epochs run on {final['num_parts']} ranks")
+
+def cmd_train(args) -> int:
+    from gnn_dist.training import train
+
+    final, status, ctx = _run_collective("train", lambda ctx: train(ctx, train_config_from_args(args)))
+    if status or not ctx.is_root:
+        return status
+    from gnn_dist.tasks import task_class
+
+    print(f"final: {task_class(final['task']).final_text(final)} "
+          f"halo_bytes_total={final['halo_bytes_total']:,} ({final['halo_bytes_total'] / 1e6:.2f} MB) "
+          f"epoch_s_median={final['epoch_s_median']:.4f} ranks={final['num_parts']}"
+          + (f" link={final['simulated_link']}" if final["simulated_link"] else "")
+          if final["epochs"] else f"final: 0 epochs run on {final['num_parts']} ranks")
     return 0
 
 
 def cmd_embed(args) -> int:
-    from gnn_dist.comm import make_world_comm
-    from gnn_dist.context import RankContext, SetupError
     from gnn_dist.embed import embed
 
-    comm = make_world_comm()
-    ctx = RankContext(comm)
-    try:
-        done = embed(ctx, EmbedConfig(**options_from_args(EmbedConfig, args)))
-    except SetupError as err:
-        if ctx.is_root:
-            _fail("embed", str(err))
-        return EXIT_SETUP
-    except Exception as err:  # noqa: BLE001 - one rank's failure must end the whole job
-        print(f"gnn-dist embed: error on rank {ctx.rank}: {type(err).__name__}: {err}", file=sys.stderr)
-        if ctx.size > 1:
-            comm.abort(EXIT_ERROR)
-        return EXIT_ERROR
-    if ctx.is_root:
-        print(f"wrote {done['out']}: {done['rows']:,} rows x {done['width']} (layer {done['layer']}), peak RSS per "
-              f"rank {', '.join(f'{v / 2**30:.2f}' for v in done['peak_rss_bytes_per_rank'])} GiB")
+    done, status, ctx = _run_collective("embed", lambda ctx: embed(ctx, EmbedConfig(**options_from_args(EmbedConfig,
+                                                                                                        args))))
+    if status or not ctx.is_root:
+        return status
+    print(f"wrote {done['out']}: {done['rows']:,} rows x {done['width']} (layer {done['layer']}), peak RSS per "
+          f"rank {', '.join(f'{v / 2**30:.2f}' for v in done['peak_rss_bytes_per_rank'])} GiB")
     return 0
 
 

@@ -32,7 +32,9 @@ CASES = [
     (["--checkpoint-every", "0"], "--checkpoint-every must be at least 1, got 0"),
     (["--keep-checkpoints", "0"], "--keep-checkpoints must be at least 1, got 0"),
     (["--resume"], "--resume needs --checkpoint-dir DIR"),
-    (["--timeout", "-1"], "--timeout must be 0 (off) or positive seconds, got -1.0"),
+    (["--timeout", "-1"], "--timeout must be auto, 0 (off) or positive seconds, got -1.0"),
+    (["--task", "link", "--neg-ratio", "0"], "--neg-ratio must be at least 1 (negatives per positive), got 0"),
+    (["--task", "link", "--predictions-out", "p.npy"], "for --task link, write embeddings with gnn-dist embed"),
     (["--hidden", "0"], "--hidden must be at least 1, got 0"),
     (["--num-layers", "0"], "--num-layers must be at least 1, got 0"),
     (["--dropout", "1.0"], "--dropout must lie in [0, 1), got 1.0"),
@@ -74,6 +76,8 @@ def test_sampling_strategy_is_checked_from_the_api_too():
     (["--fanouts", "10,x"], "expected one integer per layer separated by commas, like 15,10,5; got '10,x'"),
     (["--sampling", "nearby"], "invalid choice: 'nearby'"),
     (["--model", "gin"], "invalid choice: 'gin'"),
+    (["--timeout", "soon"], "give auto or a number of seconds, got 'soon'"),
+    (["--decoder", "cosine"], "invalid choice: 'cosine'"),
 ])
 def test_malformed_flags_are_usage_errors(capsys, flags, message):
     with pytest.raises(SystemExit) as exited:

@@ -12,18 +12,18 @@ import numpy as np
 import torch
 
 from gnn_dist.link.decoders import pair_loss_sum
-from gnn_dist.training.full_batch import check_finite
-from gnn_dist.training.gradients import flat_buffer, sync_gradients
+from gnn_dist.training.full_batch import FullBatchMode
+from gnn_dist.training.gradients import sync_gradients
 
 
-class LinkFullBatchMode:
+class LinkFullBatchMode(FullBatchMode):
+    """Node classification's epoch (gnn_dist.training.full_batch), with the pairs' loss in place of the nodes'."""
+
     def __init__(self, state, part=None):
-        self.state = state
+        super().__init__(state, part)
         self.pairs = state.task_data
         self.fetcher = state.task.fetcher
         self.ratio = state.config.link.neg_ratio
-        self.params = list(state.model.parameters())
-        self.flat = flat_buffer(self.params, extras=1)  # gradients, then the loss
         self.sources = torch.from_numpy(self.pairs.train[:, 0] - self.pairs.first)
 
     def compute_gradients(self, epoch: int) -> float:
@@ -48,13 +48,3 @@ class LinkFullBatchMode:
         loss.backward()
         (global_loss,) = sync_gradients(state.exchanger, self.params, self.flat, [loss.detach()])
         return global_loss
-
-    def train_epoch(self, epoch: int) -> dict:
-        loss = self.compute_gradients(epoch)
-        check_finite(loss, epoch)
-        with torch.profiler.record_function("optimizer step"):
-            self.state.optimizer.step()
-        return {"loss": loss}
-
-    def epoch_metrics(self, figures: dict, epoch_s: float) -> dict:
-        return {}
