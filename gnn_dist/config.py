@@ -25,6 +25,7 @@ HALO_MEMORY_MODES = ("resident", "sequential")
 DEFAULT_HALO_BLOCK_ROWS = 16384
 SCHEDULE_GUARD = ("on", "off")
 SAMPLING_STRATEGIES = ("remote", "local")
+DEVICES = ("cpu", "cuda")
 # Storage of the input features (--feature-dtype); the model upcasts them to fp32 where it uses them.
 FEATURE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEFAULT_EVAL_CHUNK_NODES = 16384  # rows per chunk: 16 MiB per temporary at width 256, a small share of a layer
@@ -203,6 +204,8 @@ class TrainConfig:
     weight_decay: float = option(5e-4, "Adam's weight decay")
     seed: int = option(0, "seed of the weights, dropout and sampling")
     threads: int = option(1, "torch threads per rank")
+    device: str = option("cpu", "where each rank computes: gnn-dist trains on CPUs; cuda is refused with the reason "
+                                "(no CUDA device visible, or the CUDA path not built yet)", choices=DEVICES)
     eval_every: int = option(1, "evaluate every this many epochs (and after the last)")
     metrics_out: str | None = option(None, "JSON Lines file (rank 0 writes it)", parse=str)
     progress: bool = option(True, "show a progress bar (rank 0)")
@@ -277,6 +280,16 @@ class TrainConfig:
                 raise ValueError(f"--halo-memory sequential needs a schedule that moves halo blocks one at a time "
                                  f"(a block_pass): {self.schedule} has none; use --halo-memory resident with it")
         self._validate_numbers()
+        self._validate_device()
+
+    def _validate_device(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"bad --device {self.device!r}: use cpu")
+        if self.device == "cuda":
+            if not torch.cuda.is_available():
+                raise ValueError("no CUDA device visible: run with --device cpu")
+            raise ValueError("--device cuda: the CUDA path is not built yet (every tensor, kernel and exchange runs "
+                             "on the host); run with --device cpu")
 
     def _validate_numbers(self) -> None:
         if self.halo_block_rows < 0:

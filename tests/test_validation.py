@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from gnn_dist.cli import build_parser, train_config_from_args
 from gnn_dist.config import SampledConfig, TrainConfig
@@ -33,6 +34,8 @@ CASES = [
     (["--keep-checkpoints", "0"], "--keep-checkpoints must be at least 1, got 0"),
     (["--resume"], "--resume needs --checkpoint-dir DIR"),
     (["--timeout", "-1"], "--timeout must be auto, 0 (off) or positive seconds, got -1.0"),
+    (["--device", "cuda"], "no CUDA device visible: run with --device cpu" if not torch.cuda.is_available() else
+     "the CUDA path is not built yet"),
     (["--task", "link", "--neg-ratio", "0"], "--neg-ratio must be at least 1 (negatives per positive), got 0"),
     (["--task", "link", "--predictions-out", "p.npy"], "for --task link, write embeddings with gnn-dist embed"),
     (["--hidden", "0"], "--hidden must be at least 1, got 0"),

@@ -170,7 +170,7 @@ class DistGATConv(DistConv):
     @classmethod
     def pyg_block_conv(cls, in_dim: int, out_dim: int, heads: int = 1, attn_dropout: float = 0.0) -> nn.Module:
         # GATConv on the block's edges: its self loops are the targets', the first sources
-        return PygOnBlock(cls.pyg_conv(in_dim, out_dim, heads, attn_dropout),
+        return PygOnBlock(cls.pyg_conv(in_dim, out_dim, heads=heads, attn_dropout=attn_dropout),
                           lambda conv, h, n_dst, edges: conv(h, edges)[:n_dst])
 
 
