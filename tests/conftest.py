@@ -90,3 +90,17 @@ def partitioned(tmp_path_factory):
         return cache[key]
 
     return make
+
+
+@pytest.fixture
+def gin_in_this_process():
+    """GIN registered in this test process for one test, then unregistered, so that later tests (which
+    expect --model gin to be refused) see the built-in models only."""
+    from gnn_dist.models.registry import MODELS
+
+    before = dict(MODELS._entries)
+    import tests.plugins.gin  # noqa: F401 - registers gin in this process
+    yield
+    MODELS._entries.clear()
+    MODELS._entries.update(before)
+    sys.modules.pop("tests.plugins.gin", None)

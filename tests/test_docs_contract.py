@@ -149,9 +149,8 @@ def _check_words(command: str, words: list[str], parsers: dict, where: str) -> N
             assert value in action.choices, f"{where}: {flag} {value} is not one of {sorted(action.choices)}"
 
 
-def test_every_command_line_in_the_docs_parses_with_the_real_parser():
-    import tests.plugins.gin  # noqa: F401 - docs/extending.md shows it with --model gin
-
+def test_every_command_line_in_the_docs_parses_with_the_real_parser(gin_in_this_process):
+    # gin_in_this_process: docs/extending.md shows the GIN plugin with --model gin
     lines = _command_lines()
     assert len(lines) > 20  # the docs quote many; the extraction found them
     parsers = _parsers()

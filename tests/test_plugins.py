@@ -56,9 +56,7 @@ def test_inspect_prices_a_plugin_model_and_schedule(grid_parts):
     assert report["predicted_halo_bytes_per_epoch"] == 2 * halo_rows * 8 * 4 / 2
 
 
-def test_the_memory_plan_charges_what_a_plugin_model_keeps(grid_parts):
-    import tests.plugins.gin  # noqa: F401 - registers gin in this process
-
+def test_the_memory_plan_charges_what_a_plugin_model_keeps(grid_parts, gin_in_this_process):
     meta = load_meta(grid_parts)
     shape = part_shapes(grid_parts)[0]
     model = ModelConfig(model="gin", hidden=8, num_layers=2, dropout=0.0)
@@ -69,8 +67,7 @@ def test_the_memory_plan_charges_what_a_plugin_model_keeps(grid_parts):
 
 
 @pytest.mark.parametrize("num_parts", [1, 2, 4])
-def test_the_plugin_model_equals_pyg_gin_on_the_whole_graph(partitioned, num_parts):
-    import tests.plugins.gin  # noqa: F401
+def test_the_plugin_model_equals_pyg_gin_on_the_whole_graph(partitioned, num_parts, gin_in_this_process):
     from gnn_dist.partition.datasets import load_dataset
     from tests.test_halo_fake import assert_equal_to_pyg, one_step_on_every_rank
 
