@@ -18,6 +18,13 @@ alike (the global training loss and the validation accuracy):
   `warmup` epochs have passed (early epochs often predict one class while the
   model finds its footing, and one evaluation may dip on a weak-signal graph).
 
+The thresholds (GuardRule) come from replaying the rule over every run of the
+schedule battery (benchmarks/results/schedules-battery.md): healthy runs let
+their 5-epoch mean loss rise up to 0.36 x the first loss above its best
+(twitch FR at P=8 under stale:4, which ended above exact) and dipped 0.10 below
+the majority rate for up to 6 evaluations in a row (pipeline:0 and stale:4 on
+twitch FR at P=8, which recovered); the rule fires above 0.5 x and after 10.
+
 When either fires, the following epochs exchange exactly (the schedule's own
 state is dropped, so it starts afresh afterwards, as it does at epoch 0), the
 job logs one line, and the metrics count those epochs in `guard_epochs`. The
@@ -37,10 +44,10 @@ GUARD_CHOICES = ("on", "off")
 class GuardRule:
     """The thresholds: no healthy run of the schedule battery fires them (benchmarks/results/schedules-battery.md)."""
 
-    rise: float = 0.10  # of the first epoch's loss
+    rise: float = 0.50  # of the first epoch's loss (healthy battery runs rose to 0.36 of it: twitch P=8, stale:4)
     patience: int = 5
-    collapse: float = 0.05
-    collapse_patience: int = 3  # evaluations in a row
+    collapse: float = 0.10
+    collapse_patience: int = 10  # evaluations in a row (healthy battery runs dipped for at most 6)
     warmup: int = 10
     window: int = 10
 
