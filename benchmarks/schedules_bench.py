@@ -92,11 +92,42 @@ def main() -> None:
                         help="SCHEDULE[+DTYPE],... to run instead of the default set, e.g. exact,pipeline:0,pipeline:0.9 "
                              "(the first is the baseline; dtype fp32 unless given; a per-layer SCHEDULE joins its "
                              "entries with / here: stale:4/exact)")
+    parser.add_argument("--summarize-only", action="store_true",
+                        help="run nothing: rebuild schedules.md from the runs already in --out (their schedules.json "
+                             "and metrics files), replaying today's guard rule on each run's records")
     args = parser.parse_args()
     configs = CONFIGS if args.configs is None else [
         (spec.replace("/", ","), dtype or "fp32") for spec, _, dtype in (c.partition("+") for c in args.configs.split(","))]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    raw = replay_recorded_runs(out) if args.summarize_only else run_battery(args, configs, out)
+    if args.summarize_only:
+        # the recorded runs decide what the table shows: their datasets, parts and schedules
+        recorded = json.loads((out / "schedules.json").read_text())["config"]
+        args.datasets, args.parts, args.seeds = recorded["datasets"], recorded["parts"], recorded["seeds"]
+        args.hidden, args.num_layers, args.epochs = recorded["hidden"], recorded["num_layers"], recorded["epochs"]
+        configs = list(dict.fromkeys((r["spec"], r["dtype"]) for r in raw))
+    summarize(args, configs, raw, out)
+
+
+def run_metrics_path(out: Path, run: dict) -> Path:
+    stem = Path(run["dataset"]).stem.replace(":", "_")
+    spec = run["spec"].replace(":", "_").replace(",", "+")
+    return out / f"m-{stem}-{run['parts']}-{run['seed']}-{spec}-{run['dtype']}.jsonl"
+
+
+def replay_recorded_runs(out: Path) -> list[dict]:
+    """The runs of an earlier battery in OUT, each with the guard's rule replayed on its metrics file."""
+    recorded = json.loads((out / "schedules.json").read_text())
+    eval_every = recorded["config"]["eval_every"]
+    raw = []
+    for run in recorded["runs"]:
+        records = [json.loads(line) for line in run_metrics_path(out, run).read_text().splitlines()]
+        raw.append({**run, "guard_would_fire_at": first_guard_firing(records[:-1], records[-1], eval_every)})
+    return raw
+
+
+def run_battery(args, configs: list[tuple[str, str]], out: Path) -> list[dict]:
     raw = []
     for dataset in args.datasets.split(","):
         root = args.root if dataset.startswith("planetoid:") else None
@@ -109,7 +140,9 @@ def main() -> None:
                 finals = run_train_many(num_parts, parts, runs, [
                     "--hidden", str(args.hidden), "--num-layers", str(args.num_layers), "--epochs", str(args.epochs),
                     "--seed", str(seed), "--eval-every", str(args.eval_every), "--schedule-guard", args.guard])
-                for (spec, dtype), final in zip(configs, finals):
+                for (spec, dtype), (path, _), final in zip(configs, runs, finals):
+                    assert path == run_metrics_path(out, {"dataset": dataset, "parts": num_parts, "seed": seed,
+                                                          "spec": spec, "dtype": dtype})
                     final["guard_would_fire_at"] = first_guard_firing(final.pop("per_epoch"), final, args.eval_every)
                     raw.append({"dataset": dataset, "parts": num_parts, "seed": seed, "spec": spec, "dtype": dtype,
                                 **final})
@@ -120,6 +153,10 @@ def main() -> None:
                           f"{final['guard_would_fire_at']}", file=sys.stderr)
                 (out / "schedules.json").write_text(json.dumps({"machine": machine(), "config": vars(args),
                                                                 "runs": raw}, indent=1))
+    return raw
+
+
+def summarize(args, configs: list[tuple[str, str]], raw: list[dict], out: Path) -> None:
     summary = []
     for dataset in args.datasets.split(","):
         for num_parts in (int(p) for p in args.parts.split(",")):
