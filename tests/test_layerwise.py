@@ -195,7 +195,9 @@ def test_phase_peaks_attribute_memory_to_the_phase_that_used_it():
     assert done.returncode == 0, done.stderr
     probe = json.loads(done.stdout.splitlines()[-1])
     mib, base, peaks = 2**20, probe["base"], probe["peaks"]
-    assert peaks["big"] >= probe["before_big"] + 250 * mib  # a new high-water mark: exact
+    # A new high-water mark, read from the kernel's RSS counters. Those are per-CPU and summed lazily, so on a
+    # host with many CPUs they trail the truth by some MiB (CI read 242.5 MiB of the 256): allow an eighth.
+    assert peaks["big"] >= probe["before_big"] + 224 * mib
     assert peaks["quiet"] < base + 64 * mib
     assert base + 80 * mib <= peaks["medium"] < peaks["big"]
     assert probe["again"] == peaks  # stopping twice changes nothing
