@@ -4,8 +4,10 @@ sampled training at P = 1 and 2.
     python -m gnn_dist.benchmarks.link_bench --datasets planetoid:Cora,npz:PATH --root DATA [--parts 1,2,4]
         [--epochs 100] [--seeds 0,1,2] [--sampled-parts 1,2] [--speed-only synthetic:arxiv] [--out DIR]
 
-The recipe (PyG's examples/link_pred.py): row-normalised features, GCN in -> 128 -> 64 with ReLU between,
-no dropout, dot-product decoder, one negative per positive drawn afresh each epoch, BCE, Adam lr 0.01,
+The recipe (PyG's examples/link_pred.py): row-normalised features (NormalizeFeatures, where features are
+non-negative counts as in Planetoid; real-valued features, as facebook's, are used as they are on both
+sides), GCN in -> 128 -> 64 with ReLU between, no dropout, dot-product decoder, one negative per positive
+drawn afresh each epoch, BCE, Adam lr 0.01,
 weight decay 0, 100 epochs; test AUC of the last epoch. Both sides use the same split: the one
 `gnn-dist partition --task link` stored (85/5/10, held-out edges out of the message-passing graph), read back
 from the part files; PyG draws its negatives with its own `negative_sampling` (which avoids existing edges),
@@ -32,13 +34,14 @@ from gnn_dist.benchmarks.common import machine, markdown_table, run_train
 HIDDEN, EMBEDDING, LR = 128, 64, 0.01
 
 
-def link_partition(spec: str, num_parts: int, out: Path, root: str | None) -> Path:
+def link_partition(spec: str, num_parts: int, out: Path, root: str | None, normalize: bool) -> Path:
     import subprocess
     import sys
 
     if not (out / "meta.json").exists():
         cmd = [sys.executable, "-m", "gnn_dist", "partition", "--dataset", spec, "--num-parts", str(num_parts),
-               "--out", str(out), "--task", "link", "--normalize-features"] + (["--root", root] if root else [])
+               "--out", str(out), "--task", "link"] + (["--normalize-features"] if normalize else []) + \
+              (["--root", root] if root else [])
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out
 
@@ -52,7 +55,16 @@ def stored_split(directory: Path) -> dict:
             for name in ("train", "val_pos", "val_neg", "test_pos", "test_neg")}
 
 
-def pyg_baseline(spec: str, root: str | None, split: dict, epochs: int, seed: int) -> dict:
+def features_are_counts(spec: str, root: str | None) -> bool:
+    """PyG's recipe row-normalises bag-of-words features (Planetoid's); NormalizeFeatures first shifts features by
+    their smallest value, which flattens real-valued features (facebook's lie in [-3, 2.3]: every shifted row
+    sums to about 384 and divides to nearly 1/128 everywhere). Both sides normalise only non-negative features."""
+    from gnn_dist.partition.datasets import load_dataset
+
+    return bool(load_dataset(spec, root).x.min() >= 0)
+
+
+def pyg_baseline(spec: str, root: str | None, split: dict, epochs: int, seed: int, normalize: bool) -> dict:
     """PyG's recipe on the whole graph in this process: test AUC of the last epoch, median epoch time."""
     import torch
     import torch.nn.functional as F
@@ -66,7 +78,11 @@ def pyg_baseline(spec: str, root: str | None, split: dict, epochs: int, seed: in
     torch.manual_seed(seed)
     graph = load_dataset(spec, root)
     x = torch.from_numpy(graph.x)
-    x = x / x.sum(1, keepdim=True).clamp(min=1e-12)  # NormalizeFeatures
+    if normalize:
+        from torch_geometric.data import Data
+        from torch_geometric.transforms import NormalizeFeatures
+
+        x = NormalizeFeatures()(Data(x=x)).x
     train = torch.from_numpy(split["train"]).T
     message_passing = torch.cat([train, train.flip(0)], 1)
     conv1, conv2 = GCNConv(graph.num_features, HIDDEN), GCNConv(HIDDEN, EMBEDDING)
@@ -132,9 +148,11 @@ def main(argv=None) -> None:
         tag = spec.replace(":", "_").replace("/", "_")[-40:]
         epochs = args.speed_epochs if speed_only else args.epochs
         run_seeds = seeds[:1] if speed_only else seeds
-        directories = {p: link_partition(spec, p, out / f"parts-{tag}-{p}", args.root) for p in parts_list}
+        normalize = features_are_counts(spec, args.root)
+        tag += "-normalized" if normalize else ""
+        directories = {p: link_partition(spec, p, out / f"parts-{tag}-{p}", args.root, normalize) for p in parts_list}
         split = stored_split(directories[parts_list[0]])
-        baseline = [pyg_baseline(spec, args.root, split, epochs, seed) for seed in run_seeds]
+        baseline = [pyg_baseline(spec, args.root, split, epochs, seed, normalize) for seed in run_seeds]
         pyg_time = statistics.median(b["epoch_s"] for b in baseline)
         pyg_auc = [b["test_auc"] for b in baseline]
         print(f"{spec} PyG: auc {np.mean(pyg_auc):.4f} epoch {pyg_time:.4f}s", flush=True)
@@ -142,7 +160,7 @@ def main(argv=None) -> None:
         for mode, plist in (("full", parts_list), ("sampled", [int(p) for p in args.sampled_parts.split(",") if p])):
             for p in plist:
                 if p not in directories:
-                    directories[p] = link_partition(spec, p, out / f"parts-{tag}-{p}", args.root)
+                    directories[p] = link_partition(spec, p, out / f"parts-{tag}-{p}", args.root, normalize)
                 runs = [ours(directories[p], p, out / f"m-{tag}-{mode}-{p}-{s}.jsonl", epochs, s, mode,
                              epochs if speed_only else 10) for s in run_seeds]
                 results[mode, p] = runs

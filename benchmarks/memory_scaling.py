@@ -3,7 +3,7 @@
     python -m gnn_dist.benchmarks.memory_scaling --dataset synthetic:large --parts 1,2,4 --out runs/bench-memory \
         [--modes resident,sequential] [--epochs 3] [--before ../gnn-dist-at-an-older-commit]
 
-GCN 3x256, exact schedule, dropout 0.5, one thread per rank, every run on the
+GCN 3x256, exact schedule (--schedule S for another), dropout 0.5, one thread per rank, every run on the
 same partitions. For each P and halo mode it runs `mpiexec -n P gnn-dist
 train` and reads each rank's peak RSS from the final metrics record; beside
 it, the peak that `gnn-dist inspect` (gnn_dist.memory_plan) predicts for the same
@@ -31,9 +31,10 @@ from gnn_dist.partition.format import load_meta, part_shapes
 GIB = 2**30
 
 
-def predicted(parts_dir: Path, mode: str, hidden: int) -> list[int]:
+def predicted(parts_dir: Path, mode: str, hidden: int, schedule: str = "exact") -> list[int]:
     meta = load_meta(parts_dir)
-    config = PlanConfig(model=ModelConfig(model="gcn", hidden=hidden, num_layers=3, dropout=0.5), halo_memory=mode)
+    config = PlanConfig(model=ModelConfig(model="gcn", hidden=hidden, num_layers=3, dropout=0.5), halo_memory=mode,
+                        schedule=schedule)
     return [plan_part(shape, config, meta.num_features, meta.num_classes).peak for shape in part_shapes(parts_dir)]
 
 
@@ -41,7 +42,7 @@ def one_run(parts_dir: Path, num_parts: int, mode: str, args, metrics: Path, tre
     extra = ["--model", "gcn", "--hidden", str(args.hidden), "--num-layers", "3", "--epochs", str(args.epochs),
              "--dropout", "0.5", "--timeout", "0"]
     if tree is None:
-        extra += ["--halo-memory", mode]
+        extra += ["--halo-memory", mode, "--schedule", args.schedule]
     final = run_train(num_parts, parts_dir, metrics, extra, tree=tree)
     if (tree is None) != ("halo_memory" in final):
         raise RuntimeError(f"the {'older' if tree else 'current'} run did not import the code it should: "
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", default="synthetic:arxiv")
     parser.add_argument("--parts", default="1,2,4")
     parser.add_argument("--modes", default="resident,sequential")
+    parser.add_argument("--schedule", default="exact", help="--schedule of this tree's runs (and of their plans)")
     parser.add_argument("--plan-only", default="", help="halo modes to predict without running them")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=3)
@@ -74,22 +76,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = args.dataset.replace(":", "-")
+    name = args.dataset.replace(":", "-") + ("" if args.schedule == "exact" else "-" + args.schedule.replace(":", "_"))
     results, plans = [], []
     for num_parts in (int(p) for p in args.parts.split(",")):
-        parts_dir = partition(args.dataset, num_parts, out / f"parts-{name}-p{num_parts}")
+        parts_dir = partition(args.dataset, num_parts, out / f"parts-{args.dataset.replace(':', '-')}-p{num_parts}")
         runs = [(mode, None) for mode in args.modes.split(",")]
         if args.before:
             runs.insert(0, ("resident", Path(args.before).resolve()))
         for mode, tree in runs:
             row = one_run(parts_dir, num_parts, mode, args, out / f"{'before' if tree else 'after'}-{mode}-"
-                          f"p{num_parts}.jsonl", tree)
-            row["predicted_per_rank"] = predicted(parts_dir, mode, args.hidden)
+                          f"p{num_parts}-{args.schedule.replace(':', '_')}.jsonl", tree)
+            row["predicted_per_rank"] = predicted(parts_dir, mode, args.hidden, args.schedule)
             results.append(row)
             print(json.dumps(row), flush=True)
         for mode in filter(None, args.plan_only.split(",")):
-            plans.append({"parts": num_parts, "mode": mode, "predicted_per_rank": predicted(parts_dir, mode,
-                                                                                            args.hidden)})
+            plans.append({"parts": num_parts, "mode": mode,
+                          "predicted_per_rank": predicted(parts_dir, mode, args.hidden, args.schedule)})
     (out / f"memory_scaling-{name}.json").write_text(json.dumps(
         {"machine": machine(), "args": vars(args), "results": results, "plan_only": plans}, indent=1))
     text = report(args, results, plans)
@@ -121,7 +123,7 @@ def report(args, results: list[dict], plans: list[dict]) -> str:
     table = markdown_table(["code", "P", "halo memory", "peak/rank GiB (max)", "per rank", "vs P=1", "setup",
                             "train", "eval", "epoch s", "vs resident", "halo MB/epoch", "planned GiB",
                             "planner error", "test acc"], rows)
-    text = (f"# Memory as ranks are added: {args.dataset}, GCN 3x{args.hidden}, exact, {args.epochs} epochs\n\n"
+    text = (f"# Memory as ranks are added: {args.dataset}, GCN 3x{args.hidden}, {args.schedule}, {args.epochs} epochs\n\n"
             f"{table}\n")
     if plans:
         text += "\nPredicted only (not run):\n\n" + markdown_table(
