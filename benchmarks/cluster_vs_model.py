@@ -53,7 +53,7 @@ def timings(final: dict) -> dict:
     epochs = final["per_epoch"][2:] or final["per_epoch"]
     return {"epoch_s": statistics.median(r["epoch_s"] for r in epochs),
             "comm_s": statistics.median(r["comm_s"] for r in epochs),
-            "halo_bytes": final["halo_bytes_total"], "val_acc": final["val_acc"]}
+            "halo_bytes": final["halo_bytes_total"], "val_acc": final.get("best_val_acc")}
 
 
 def main(argv: list[str] | None = None) -> int:
