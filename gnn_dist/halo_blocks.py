@@ -166,6 +166,14 @@ class BlockPass:
         self.ex = ex
         self.plan = ex.plan
         self.x_owned = x_owned
+        # what the backward may allocate alike (width, dtype, device): the autograd context keeps this pass
+        # until the backward, and keeping x_owned itself would hold a whole [n_owned, F] input per layer
+        # alive through the rest of the forward, which a linear aggregation's backward never reads
+        self.like = x_owned.new_empty(0, x_owned.shape[1]) if x_owned is not None else None
+
+    def end_forward(self) -> None:
+        """The forward's last use of x_owned: let it go."""
+        self.x_owned = None
 
     def send_range(self, exchange: BlockExchange) -> torch.Tensor:
         return self.plan.send_idx[exchange.send_start:exchange.send_stop]
@@ -276,6 +284,7 @@ class _SequentialAggregate(torch.autograd.Function):
             del rows, buffer
             for sending in sends:
                 sending.wait()
+        transfers.end_forward()
         return out
 
     @staticmethod

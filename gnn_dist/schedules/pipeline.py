@@ -187,7 +187,7 @@ class _WarmupBlocks(BlockPass):
         return self.state.halo[exchange.block.col_start:exchange.block.col_stop]
 
     def begin_backward(self):
-        self.state.grads = self.x_owned.new_zeros(self.plan.rows_sent, self.x_owned.shape[1])
+        self.state.grads = self.like.new_zeros(self.plan.rows_sent, self.like.shape[1])
 
     def in_gradients(self, exchange, like):
         return self.state.grads[exchange.send_start:exchange.send_stop], self.send_range(exchange)
@@ -223,11 +223,11 @@ class _PipelinedBlocks(BlockPass):
     def begin_backward(self):
         state = self.state
         self.schedule._arrived_grads(state)
-        width = self.x_owned.shape[1]
+        width = self.like.shape[1]
         if state.send_grads is None or state.send_grads.shape != (self.plan.n_halo, width):
-            state.send_grads = self.x_owned.new_empty(self.plan.n_halo, width)
+            state.send_grads = self.like.new_empty(self.plan.n_halo, width)
         if state.recv_grads is None or state.recv_grads.shape != state.grads.shape:
-            state.recv_grads = self.x_owned.new_empty(self.plan.rows_sent, width)
+            state.recv_grads = self.like.new_empty(self.plan.rows_sent, width)
         self.kept = state.pending_grads
 
     def out_gradients(self, exchange, grad_block):
