@@ -521,16 +521,20 @@ void install_workspace_allocator(int64_t threshold_bytes, double slack);
 std::unordered_map<std::string, int64_t> workspace_stats();
 void release_workspace();
 
+// The compute kernels release the GIL while they run (tensors in, tensors out; nothing touches Python), so the
+// rank's other threads (the peer monitor that names a lost host, the watchdog) run during a long kernel
+// instead of waiting for it: a host loss is named before the launcher's teardown reaches this rank.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  const auto without_gil = py::call_guard<py::gil_scoped_release>();
   m.def("install_workspace_allocator", &install_workspace_allocator,
         "serve CPU tensors of at least threshold bytes from a cache of blocks freed earlier");
   m.def("workspace_stats", &workspace_stats, "the workspace allocator's counters");
   m.def("release_workspace", &release_workspace, "unmap the workspace's cached blocks");
-  m.def("attention_forward", &attention_forward, "GAT edge softmax and aggregation over a CSR");
-  m.def("attention_backward", &attention_backward, "its backward, recomputing the attention");
-  m.def("relabel_hop", &relabel_hop, "positions of a hop's sources in [nodes | new sources]");
-  m.def("sample_rows", &sample_rows, "keyed uniform neighbour sampling without replacement");
-  m.def("csr_spmm", &csr_spmm, "CSR sparse x dense (+ bias)");
-  m.def("masked_scale", &masked_scale, "grad * mask * scale (keyed dropout's backward)");
-  m.def("keyed_dropout", &keyed_dropout, "keyed dropout, optionally fused with the preceding ReLU");
+  m.def("attention_forward", &attention_forward, "GAT edge softmax and aggregation over a CSR", without_gil);
+  m.def("attention_backward", &attention_backward, "its backward, recomputing the attention", without_gil);
+  m.def("relabel_hop", &relabel_hop, "positions of a hop's sources in [nodes | new sources]", without_gil);
+  m.def("sample_rows", &sample_rows, "keyed uniform neighbour sampling without replacement", without_gil);
+  m.def("csr_spmm", &csr_spmm, "CSR sparse x dense (+ bias)", without_gil);
+  m.def("masked_scale", &masked_scale, "grad * mask * scale (keyed dropout's backward)", without_gil);
+  m.def("keyed_dropout", &keyed_dropout, "keyed dropout, optionally fused with the preceding ReLU", without_gil);
 }

@@ -201,7 +201,11 @@ def test_supervise_heals_a_job_whose_host_lost_all_its_processes(hosts, partitio
     finally:
         job.kill()
     assert job.returncode == 0, stderr[-3000:]
-    assert "restart 1 of 3" in stderr and f"lost rank 1 on host {hosts[1]}" in stderr, stderr[-3000:]
+    # The heal is what this test holds. Who names the loss first is a race between the surviving rank's peer
+    # monitor and the launcher's teardown (on a loaded host the launcher can kill rank 0 first); the naming
+    # itself is test_a_lost_host_is_named_by_the_surviving_rank's.
+    assert "restart 1 of 3" in stderr and "resuming from epoch" in stderr, stderr[-3000:]
+    assert f"lost rank 1 on host {hosts[1]}" in stderr or "assert (!closed) failed" in stderr, stderr[-3000:]
     healed, reference = records(metrics), records(whole)
     assert healed[-1]["restarts"] == 1 and healed[-1]["resumed_from_epoch"] > 0
     assert [r["loss"] for r in healed[:-1]] == pytest.approx([r["loss"] for r in reference[:-1]], rel=1e-6)
