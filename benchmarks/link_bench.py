@@ -2,7 +2,8 @@
 sampled training at P = 1 and 2.
 
     python -m gnn_dist.benchmarks.link_bench --datasets planetoid:Cora,npz:PATH --root DATA [--parts 1,2,4]
-        [--epochs 100] [--seeds 0,1,2] [--sampled-parts 1,2] [--speed-only synthetic:arxiv] [--out DIR]
+        [--epochs 100] [--seeds 0,1,2] [--sampled-parts 1,2] [--speed-only synthetic:arxiv]
+        [--negatives pairs|source] [--out DIR]
 
 The recipe (PyG's examples/link_pred.py): row-normalised features (NormalizeFeatures, where features are
 non-negative counts as in Planetoid; real-valued features, as facebook's, are used as they are on both
@@ -11,8 +12,10 @@ drawn afresh each epoch, BCE, Adam lr 0.01,
 weight decay 0, 100 epochs; test AUC of the last epoch. Both sides use the same split: the one
 `gnn-dist partition --task link` stored (85/5/10, held-out edges out of the message-passing graph), read back
 from the part files; PyG draws its negatives with its own `negative_sampling` (which avoids existing edges),
-gnn-dist with its keyed uniform draw. PyG's baseline runs first in this process (one torch thread, as each of
-our ranks); epoch time is the median training step (forward, decode, backward, update), without evaluation.
+gnn-dist with its keyed uniform draw, by default under the same rule (`--negatives pairs`: both ends
+uniform); `--negatives source` keeps each positive's source (gnn-dist's default rule). PyG's baseline
+runs first in this process (one torch thread, as each of our ranks); epoch time is the median training
+step (forward, decode, backward, update), without evaluation.
 
 Tables: test AUC (mean over seeds, and the worst seed against PyG's same seed), epoch time and its ratio to
 PyG's, score and halo bytes per epoch, and sampled training's positive edges per second. `--speed-only`
@@ -107,10 +110,11 @@ def pyg_baseline(graph, split: dict, epochs: int, seed: int, normalize: bool) ->
     return {"test_auc": test_auc, "epoch_s": statistics.median(times[2:] if len(times) > 4 else times)}
 
 
-def ours(parts: Path, num_parts: int, out: Path, epochs: int, seed: int, mode: str, eval_every: int) -> dict:
+def ours(parts: Path, num_parts: int, out: Path, epochs: int, seed: int, mode: str, eval_every: int,
+         negatives: str) -> dict:
     extra = ["--task", "link", "--hidden", str(HIDDEN), "--embedding-dim", str(EMBEDDING), "--num-layers", "2",
              "--dropout", "0", "--weight-decay", "0", "--lr", str(LR), "--epochs", str(epochs), "--seed", str(seed),
-             "--eval-every", str(eval_every), "--mode", mode]
+             "--eval-every", str(eval_every), "--mode", mode, "--negatives", negatives]
     if mode == "sampled":
         extra += ["--fanouts", "10,10", "--batch-size", "1024"]
     final = run_train(num_parts, parts, out, extra, timeout=7200)
@@ -131,6 +135,8 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--speed-epochs", type=int, default=8)
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--negatives", default="pairs", choices=["pairs", "source"],
+                        help="gnn-dist's training negatives: pairs, as PyG's recipe, or source-kept")
     parser.add_argument("--out", default="benchmarks/results/link")
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -159,7 +165,7 @@ def main(argv=None) -> None:
                 if p not in directories:
                     directories[p] = link_partition(spec, p, out / f"parts-{tag}-{p}", args.root, normalize)
                 runs = [ours(directories[p], p, out / f"m-{tag}-{mode}-{p}-{s}.jsonl", epochs, s, mode,
-                             epochs if speed_only else 10) for s in run_seeds]
+                             epochs if speed_only else 10, args.negatives) for s in run_seeds]
                 results[mode, p] = runs
                 print(f"{spec} {mode} P={p}: auc {np.mean([r['test_auc'] for r in runs]):.4f} epoch "
                       f"{statistics.median(r['epoch_s'] for r in runs):.4f}s", flush=True)
@@ -185,7 +191,8 @@ def main(argv=None) -> None:
         speed_rows.append([spec, "PyG", 1, f"{pyg_time:.4f}", "1.00", "-", "-", "-"])
     env = machine()
     text = ["# Link prediction beside PyG's link_pred recipe\n",
-            f"GCN {HIDDEN} -> {EMBEDDING}, dot decoder, 1:1 negatives, no dropout, Adam {LR}; {args.epochs} epochs, "
+            f"GCN {HIDDEN} -> {EMBEDDING}, dot decoder, 1:1 negatives (gnn-dist: --negatives {args.negatives}), "
+            f"no dropout, Adam {LR}; {args.epochs} epochs, "
             f"seeds {args.seeds}; {env['cpu']}, {env['cores']} cores, torch {env['torch']}, one thread per rank.\n"]
     if rows:
         text += ["## Test AUC (last epoch)\n", markdown_table(

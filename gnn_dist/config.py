@@ -174,8 +174,12 @@ class LinkConfig:
                                              "--hidden)", parse=int)
     decoder: str = option("dot", "--task link: a pair's score from its two embeddings: their dot product, or mlp "
                                  "(an MLP on their Hadamard product, as OGB's link examples)", choices=DECODERS)
-    neg_ratio: int = option(1, "--task link: negative destinations per training positive, uniform over all nodes "
-                               "by original id, keyed by (seed, epoch, edge): the same at every P")
+    neg_ratio: int = option(1, "--task link: negatives per training positive, keyed by (seed, epoch, edge): the "
+                               "same at every P")
+    negatives: str = option("source", "--task link: how a training negative is drawn: source keeps the positive's "
+                                      "source and draws a destination uniform over the other nodes (DGL's uniform "
+                                      "sampler); pairs draws both ends uniformly, as PyG's negative_sampling "
+                                      "(docs/link-prediction.md)", choices=("source", "pairs"))
 
     def validate(self) -> None:
         if self.embedding_dim is not None and self.embedding_dim < 1:
@@ -184,6 +188,8 @@ class LinkConfig:
             raise ValueError(f"bad --decoder {self.decoder!r}: use dot or mlp")
         if self.neg_ratio < 1:
             raise ValueError(f"--neg-ratio must be at least 1 (negatives per positive), got {self.neg_ratio}")
+        if self.negatives not in ("source", "pairs"):
+            raise ValueError(f"bad --negatives {self.negatives!r}: use source or pairs")
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ class PlanConfig:
     task: str = "node"
     neg_ratio: int = 1       # --task link
     decoder: str = "dot"     # --task link
+    negatives: str = "source"  # --task link: pairs draws (and fetches) each negative's source too
 
 
 @dataclass
@@ -184,19 +185,22 @@ def _link_scoring(live: _Liveness, config: PlanConfig, link, n: int, width: int)
     ratio = config.neg_ratio
     negatives = link.train * ratio
     pairs = link.train + negatives
-    fetched = _distinct_remote(link, n, pairs)
-    live.alloc("negatives, plan", (4 * negatives + 3 * pairs) * INDEX)  # the keyed draw's words, ids, unique
+    # the pairs rule also draws, fetches and gathers each negative's source (the source rule broadcasts the
+    # positive's own: no copy)
+    neg_sources = negatives if config.negatives == "pairs" else 0
+    endpoints = pairs + neg_sources
+    fetched = _distinct_remote(link, n, endpoints)
+    live.alloc("negatives, plan", (4 * (negatives + neg_sources) + 3 * endpoints) * INDEX)  # keyed words, ids, unique
     live.free("negatives, plan")
-    live.alloc("negatives, plan", (negatives + 2 * pairs) * INDEX)      # kept: the draw and each pair's row
-    # [owned | fetched] embeddings, then the sources', positives' and negatives' rows (the sources broadcast
-    # over their negatives: no copy)
-    live.alloc("pair rows", ((n + fetched) + 2 * link.train + negatives) * width * FLOAT)
+    live.alloc("negatives, plan", (negatives + neg_sources + 2 * endpoints) * INDEX)  # kept: the draw, each row
+    # [owned | fetched] embeddings, then the sources', positives', negatives' (and negative sources') rows
+    live.alloc("pair rows", ((n + fetched) + 2 * link.train + negatives + neg_sources) * width * FLOAT)
     if config.decoder == "mlp":
         live.alloc("decoder saved", 3 * pairs * width * FLOAT)  # Hadamard products, hidden layer, its ReLU
     live.alloc("pair products", negatives * width * FLOAT)
     live.free("pair products")
-    # the backward: the negatives' and the broadcast sources' gradients, the positives' and sources', and the
-    # gradient of the [owned | fetched] table
+    # the backward: the negatives' and their sources' gradients, the positives' and sources', and the gradient
+    # of the [owned | fetched] table
     live.alloc("pair gradients", (2 * negatives + 2 * link.train + (n + fetched)) * width * FLOAT)
     live.free("pair gradients", "pair rows", "decoder saved", "negatives, plan")
     live.alloc("loss", 0)
@@ -310,6 +314,7 @@ def plan_config_of(train_config) -> PlanConfig:
     return PlanConfig(model=train_config.model, halo_memory=train_config.halo_memory, schedule=train_config.schedule,
                       halo_block_rows=train_config.halo_block_rows, feature_dtype=train_config.feature_dtype,
                       eval_chunk_nodes=train_config.eval_chunk_nodes, task=train_config.task,
-                      neg_ratio=train_config.link.neg_ratio, decoder=train_config.link.decoder)
+                      neg_ratio=train_config.link.neg_ratio, decoder=train_config.link.decoder,
+                      negatives=train_config.link.negatives)
 
 

@@ -38,7 +38,8 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
     # The last layer's width: the class count, or (a --task link partition) the embedding's.
     out_dim = (link.embedding_dim or model.hidden) if meta.task == "link" else meta.num_classes
     if meta.task == "link":
-        memory = dataclasses.replace(memory, task="link", neg_ratio=link.neg_ratio, decoder=link.decoder)
+        memory = dataclasses.replace(memory, task="link", neg_ratio=link.neg_ratio, decoder=link.decoder,
+                                     negatives=link.negatives)
     report = {
         "directory": str(directory),
         "dataset": meta.dataset,
@@ -74,8 +75,9 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
     if meta.task == "link":
         from gnn_dist.link.row_fetch import predicted_score_bytes
 
-        train_bytes, eval_bytes = predicted_score_bytes(directory, out_dim, link.neg_ratio)
-        report["link"] = {**meta.link, "embedding_dim": out_dim, "neg_ratio": link.neg_ratio, "decoder": link.decoder,
+        train_bytes, eval_bytes = predicted_score_bytes(directory, out_dim, link.neg_ratio, link.negatives)
+        report["link"] = {**meta.link, "embedding_dim": out_dim, "neg_ratio": link.neg_ratio,
+                          "negatives": link.negatives, "decoder": link.decoder,
                           "predicted_score_bytes_per_epoch": train_bytes,
                           "predicted_eval_score_bytes_per_evaluation": eval_bytes}
     plans = [plan_part(shape, memory, meta.num_features, out_dim) for shape in part_shapes(directory)]
@@ -121,7 +123,7 @@ def format_report(report: dict) -> str:
         lines += [
             f"  link prediction     {link['train']:,} training, {link['val']:,} validation and {link['test']:,} test "
             f"edges ({link['source']} split); embedding {link['embedding_dim']}, {link['neg_ratio']} negatives per "
-            f"positive, {link['decoder']} decoder",
+            f"positive (rule {link['negatives']}), {link['decoder']} decoder",
             f"  scoring traffic     {link['predicted_score_bytes_per_epoch'] / 1e6:.2f} MB of endpoint rows and "
             f"gradients per training epoch (expected), {link['predicted_eval_score_bytes_per_evaluation'] / 1e6:.2f} "
             f"MB per evaluation",

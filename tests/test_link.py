@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from gnn_dist.config import LinkConfig, ModelConfig, SampledConfig, TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.link.metrics import auc, hits_at_k, reciprocal_ranks
-from gnn_dist.link.negatives import negative_destinations
+from gnn_dist.link.negatives import negative_destinations, negative_sources
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_meta, load_node_map, load_part
 from gnn_dist.partition.partitioner import partition_graph
@@ -105,7 +105,25 @@ def test_negatives_are_uniform_over_the_other_nodes_and_never_the_source():
     assert (again != drawn).mean() > 0.9
 
 
-def test_negatives_are_the_same_at_every_rank_count(link_parts):
+def test_pair_negatives_are_uniform_over_ordered_pairs_of_distinct_nodes():
+    """--negatives pairs: PyG's negative_sampling draws (s, d) uniform over the N (N - 1) ordered pairs with s != d."""
+    from scipy.stats import chisquare
+
+    num_nodes, draws, ratio = 9, 288_000, 4
+    edge_ids = np.arange(draws // ratio)
+    sources = negative_sources(seed=4, epoch=3, edge_ids=edge_ids, num_nodes=num_nodes, ratio=ratio)
+    destinations = negative_destinations(4, 3, edge_ids, sources, num_nodes, ratio)
+    assert sources.shape == destinations.shape == (draws // ratio, ratio)
+    assert not (sources == destinations).any()
+    counts = np.bincount((sources * num_nodes + destinations).reshape(-1), minlength=num_nodes ** 2)
+    off_diagonal = counts.reshape(num_nodes, num_nodes)[~np.eye(num_nodes, dtype=bool)]
+    assert off_diagonal.sum() == draws and chisquare(off_diagonal).pvalue > 1e-3
+    # the sources are a stream of their own: not the destinations' draw, and another epoch draws others
+    assert (negative_sources(4, 4, edge_ids, num_nodes, ratio) != sources).mean() > 0.8
+
+
+@pytest.mark.parametrize("rule", ["source", "pairs"])
+def test_negatives_are_the_same_at_every_rank_count(link_parts, rule):
     """Each rank draws for the positives it owns; by edge id and original ids, P = 1 and P = 4 draw alike."""
     from gnn_dist.link.pairs import LinkPairs
 
@@ -117,8 +135,13 @@ def test_negatives_are_the_same_at_every_rank_count(link_parts):
         by_edge = {}
         for k in range(num_parts):
             pairs = LinkPairs.from_part(str(directory), load_part(directory, k, meta))
-            negatives = node_map[pairs.negatives(seed=2, epoch=5, index=np.arange(len(pairs.train)), ratio=3)]
-            by_edge.update(zip(pairs.train_eid.tolist(), map(tuple, negatives.tolist())))
+            index = np.arange(len(pairs.train))
+            sources, destinations = pairs.negatives(seed=2, epoch=5, index=index, ratio=3, rule=rule)
+            if sources is None:
+                assert rule == "source"
+                sources = np.repeat(pairs.train[:, :1], 3, axis=1)
+            negatives = np.stack([node_map[sources], node_map[destinations]], axis=-1)
+            by_edge.update(zip(pairs.train_eid.tolist(), map(str, negatives.tolist())))
         drawn[num_parts] = by_edge
     assert len(drawn[1]) == meta.link["train"] and drawn[1] == drawn[4]
 
@@ -199,10 +222,14 @@ def reference_link_step(directory, config: TrainConfig, params: dict):
                                                              if not k.startswith("decoder.")})
     z = ref(torch.from_numpy(graph.x).double(), edge_index)
     ratio = config.link.neg_ratio
-    negatives = torch.from_numpy(negative_destinations(config.seed, 0, eids, train[:, 0], graph.num_nodes, ratio))
+    if config.link.negatives == "pairs":
+        neg_sources = negative_sources(config.seed, 0, eids, graph.num_nodes, ratio)
+    else:
+        neg_sources = np.repeat(train[:, :1], ratio, axis=1)
+    negatives = negative_destinations(config.seed, 0, eids, neg_sources, graph.num_nodes, ratio)
     src, dst = torch.from_numpy(train[:, 0]), torch.from_numpy(train[:, 1])
     pos = (z[src] * z[dst]).sum(-1)
-    neg = (z[src].repeat_interleave(ratio, 0) * z[negatives.reshape(-1)]).sum(-1)
+    neg = (z[torch.from_numpy(neg_sources.reshape(-1))] * z[torch.from_numpy(negatives.reshape(-1))]).sum(-1)
     scores = torch.cat([pos, neg])
     loss = F.binary_cross_entropy_with_logits(scores, torch.cat([torch.ones_like(pos), torch.zeros_like(neg)]))
     loss.backward()
@@ -211,10 +238,12 @@ def reference_link_step(directory, config: TrainConfig, params: dict):
     return z.detach(), float(loss.detach()), {ours: theirs[names[ours]].grad for ours in names}
 
 
-@pytest.mark.parametrize("model, num_parts", [("gcn", 1), ("gcn", 2), ("gcn", 4), ("sage", 2), ("gat", 2)])
-def test_link_step_equals_pyg_on_the_whole_graph(link_parts, model, num_parts):
+@pytest.mark.parametrize("model, num_parts, rule", [("gcn", 1, "source"), ("gcn", 2, "source"), ("gcn", 4, "source"),
+                                                    ("sage", 2, "source"), ("gat", 2, "source"), ("gcn", 1, "pairs"),
+                                                    ("gcn", 4, "pairs")])
+def test_link_step_equals_pyg_on_the_whole_graph(link_parts, model, num_parts, rule):
     directory = link_parts("synthetic:small", num_parts)
-    config = link_config(directory, model)
+    config = link_config(directory, model, link=LinkConfig(embedding_dim=8, neg_ratio=2, negatives=rule))
     results = one_link_step(config, num_parts)
     params = results[0][3]
     z_ref, loss_ref, grads_ref = reference_link_step(directory, config, params)
@@ -276,10 +305,12 @@ def test_link_resumes_at_another_rank_count_on_the_uninterrupted_curve(link_part
     assert resumed[-1]["val_auc"] == pytest.approx(whole[-1]["val_auc"], abs=1e-4)
 
 
-def test_sampled_link_training_learns(link_parts, tmp_path):
+@pytest.mark.parametrize("rule", ["source", "pairs"])
+def test_sampled_link_training_learns(link_parts, tmp_path, rule):
     records = run_link(link_parts("synthetic:small", 2), 2, tmp_path / "s.jsonl", mode="sampled", epochs=6,
                        model=ModelConfig(hidden=32, num_layers=2, dropout=0.0),
-                       sampled=SampledConfig(fanouts=(5, 5), batch_size=256), eval_every=3)
+                       sampled=SampledConfig(fanouts=(5, 5), batch_size=256), eval_every=3,
+                       link=LinkConfig(embedding_dim=8, neg_ratio=2, negatives=rule))
     epochs, final = records[:-1], records[-1]
     losses = [r["loss"] for r in epochs]
     assert losses == sorted(losses, reverse=True)  # falls every epoch
@@ -364,15 +395,18 @@ def test_a_link_model_embeds_and_exports_and_scores_as_the_run(link_parts, tmp_p
     assert np.abs(np.load(out) - z.numpy()).max() <= 1e-5
 
 
-def test_inspect_predicts_the_score_bytes_a_run_sends(link_parts, tmp_path):
+@pytest.mark.parametrize("rule", ["source", "pairs"])
+def test_inspect_predicts_the_score_bytes_a_run_sends(link_parts, tmp_path, rule):
     """Evaluation's exchanges are fixed: predicted exactly. Training's negatives are random: the expectation, within
     2% of the mean over epochs."""
     directory = link_parts("synthetic:small", 4)
     done = run_cli("inspect", str(directory), "--json", "--hidden", "16", "--num-layers", "2", "--embedding-dim", "8",
-                   "--neg-ratio", "2")
+                   "--neg-ratio", "2", "--negatives", rule)
     assert done.returncode == 0, done.stderr
     predicted = json.loads(done.stdout)["link"]
-    records = run_link(directory, 4, tmp_path / "m.jsonl", epochs=6, eval_every=3)
+    assert predicted["negatives"] == rule
+    records = run_link(directory, 4, tmp_path / "m.jsonl", epochs=6, eval_every=3,
+                       link=LinkConfig(embedding_dim=8, neg_ratio=2, negatives=rule))
     epochs = records[:-1]
     assert predicted["predicted_eval_score_bytes_per_evaluation"] == epochs[2]["eval_score_bytes"]
     assert epochs[0]["eval_score_bytes"] == 0  # not evaluated

@@ -47,11 +47,13 @@ def make_decoder(name: str, width: int, seed: int) -> nn.Module:
     return decoder
 
 
-def pair_loss_sum(decoder: nn.Module, z_src: torch.Tensor, z_pos: torch.Tensor, z_neg: torch.Tensor) -> torch.Tensor:
-    """Summed binary cross-entropy of T positives (z_src[i], z_pos[i]) scored 1 and their T*K negatives
-    (z_src[i], z_neg[i, k]) scored 0. z_src, z_pos: [T, D]; z_neg: [T, K, D]. The sources broadcast over their
-    K negatives (no [T*K, D] copy of them is made or saved)."""
+def pair_loss_sum(decoder: nn.Module, z_src: torch.Tensor, z_pos: torch.Tensor, z_neg: torch.Tensor,
+                  z_neg_src: torch.Tensor | None = None) -> torch.Tensor:
+    """Summed binary cross-entropy of T positives (z_src[i], z_pos[i]) scored 1 and their T*K negatives scored 0:
+    (z_neg_src[i, k], z_neg[i, k]), or under the `source` rule (z_neg_src None) (z_src[i], z_neg[i, k]), the
+    sources broadcast over their K negatives (no [T*K, D] copy of them is made or saved).
+    z_src, z_pos: [T, D]; z_neg, z_neg_src: [T, K, D]."""
     positive = decoder(z_src, z_pos)
-    negative = decoder(z_src.unsqueeze(1), z_neg)
+    negative = decoder(z_src.unsqueeze(1) if z_neg_src is None else z_neg_src, z_neg)
     return (nn.functional.binary_cross_entropy_with_logits(positive, torch.ones_like(positive), reduction="sum")
             + nn.functional.binary_cross_entropy_with_logits(negative, torch.zeros_like(negative), reduction="sum"))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnn_dist.link.negatives import negative_destinations
+from gnn_dist.link.negatives import negative_destinations, negative_sources
 from gnn_dist.partition.format import PartData, load_node_map
 
 PHASES = ("val", "test")
@@ -63,8 +63,16 @@ class LinkPairs:
                                  f"re-run gnn-dist partition --task link")
         return pairs
 
-    def negatives(self, seed: int, epoch: int, index: np.ndarray, ratio: int) -> np.ndarray:
-        """[len(index), ratio] global ids: the keyed negative destinations of the training positives `index`."""
-        drawn = negative_destinations(seed, epoch, self.train_eid[index], self.train_source_orig[index],
-                                      len(self.global_of), ratio)
-        return self.global_of[drawn].astype(np.int64)
+    def negatives(self, seed: int, epoch: int, index: np.ndarray, ratio: int,
+                  rule: str = "source") -> tuple[np.ndarray | None, np.ndarray]:
+        """The keyed negatives of the training positives `index`, in global ids: (sources, destinations), each
+        [len(index), ratio]. Under the `source` rule the sources are the positives' own, and None is returned
+        for them."""
+        num_nodes = len(self.global_of)
+        if rule == "pairs":
+            sources = negative_sources(seed, epoch, self.train_eid[index], num_nodes, ratio)
+            drawn = negative_destinations(seed, epoch, self.train_eid[index], sources, num_nodes, ratio)
+            return self.global_of[sources].astype(np.int64), self.global_of[drawn].astype(np.int64)
+        drawn = negative_destinations(seed, epoch, self.train_eid[index], self.train_source_orig[index], num_nodes,
+                                      ratio)
+        return None, self.global_of[drawn].astype(np.int64)

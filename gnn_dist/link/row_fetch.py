@@ -92,7 +92,7 @@ class _FetchRows(torch.autograd.Function):
         return grad_owned, None, None
 
 
-def predicted_score_bytes(directory, width: int, neg_ratio: int) -> tuple[float, int]:
+def predicted_score_bytes(directory, width: int, neg_ratio: int, rule: str = "source") -> tuple[float, int]:
     """(training bytes per epoch, evaluation bytes per evaluation) of the endpoint exchanges, summed over ranks,
     for a --task link partition: what `gnn-dist inspect` reports and the metrics' score_bytes and
     eval_score_bytes measure.
@@ -102,7 +102,8 @@ def predicted_score_bytes(directory, width: int, neg_ratio: int) -> tuple[float,
     evaluation's figure is exact. Training negatives are drawn anew each epoch, so that figure is an
     expectation: the positives' remote destinations are known, and each other remote node is among the
     rank's T * K uniform draws over the N - 1 nodes other than the source with probability
-    1 - (1 - 1 / (N - 1))**(T K).
+    1 - (1 - 1 / (N - 1))**(T K); under the pairs rule also among its T * K sources drawn over all N nodes,
+    with probability 1 - (1 - 1 / (N - 1))**(T K) (1 - 1 / N)**(T K).
     """
     from gnn_dist.partition.format import load_meta, load_node_map, load_part
 
@@ -118,7 +119,10 @@ def predicted_score_bytes(directory, width: int, neg_ratio: int) -> tuple[float,
         destinations = arrays["link_train"][:, 1]
         known = np.unique(destinations[owner[destinations] != k])
         draws = len(destinations) * neg_ratio
-        hit = -np.expm1(draws * np.log1p(-1.0 / (meta.num_nodes - 1))) if meta.num_nodes > 1 else 0.0
+        missed = draws * np.log1p(-1.0 / (meta.num_nodes - 1)) if meta.num_nodes > 1 else 0.0
+        if rule == "pairs":
+            missed += draws * np.log1p(-1.0 / meta.num_nodes)
+        hit = -np.expm1(missed)
         expected = len(known) + (n_remote - len(known)) * hit
         train += request + expected * (8 + 2 * row)
         for phase in ("val", "test"):
