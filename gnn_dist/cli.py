@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bytes each partitioning rank may use (default: what the host has available, shared)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--balance-train", action="store_true", help="balance training nodes across parts too")
+    p.add_argument("--balance-edges", action="store_true",
+                   help="balance edges across parts instead of nodes (METIS: each node weighs its in-degree + "
+                        "1): evens out full-batch compute on graphs with skewed degrees, at uneven node counts "
+                        "and some more edges cut")
     p.add_argument("--normalize-features", action="store_true",
                    help="divide each node's features by their sum, as PyG's NormalizeFeatures (the usual "
                         "preprocessing of Planetoid's bag-of-words features)")

@@ -32,6 +32,7 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
     total_halo = sum(p.halo for p in meta.parts)
     mean_owned = sum(owned) / len(owned)
     train = [p.train for p in meta.parts]
+    edges = [p.local_edges + p.cut_edges for p in meta.parts]
     mean_train = sum(train) / len(train)
     memory = memory or PlanConfig(model=model)
     link = link or LinkConfig()
@@ -56,6 +57,8 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
         "replication_factor": (meta.num_nodes + total_halo) / meta.num_nodes,
         "balance": max(owned) / mean_owned,
         "train_balance": max(train) / mean_train if mean_train else 0.0,
+        # each rank aggregates over its nodes' in-edges, local and cut: full-batch compute follows these
+        "edge_balance": max(edges) / (sum(edges) / len(edges)) if sum(edges) else 0.0,
         "total_halo_rows": total_halo,
         "halo_bytes_per_layer_per_column": total_halo * FP32_BYTES,
         "model": {"model": model.model, "hidden": model.hidden, "num_layers": model.num_layers,
@@ -112,7 +115,8 @@ def format_report(report: dict) -> str:
         "",
         f"  edge cut            {report['edge_cut']:,} undirected edges ({100 * report['edge_cut_fraction']:.1f}%)",
         f"  replication factor  {report['replication_factor']:.3f} (owned + halo over nodes)",
-        f"  balance             {report['balance']:.3f} nodes, {report['train_balance']:.3f} training nodes (max/mean)",
+        f"  balance             {report['balance']:.3f} nodes, {report['train_balance']:.3f} training nodes, "
+        f"{report['edge_balance']:.3f} edges (max/mean; --balance-edges evens the edges)",
         f"  halo payload        {report['halo_bytes_per_layer_per_column']:,} bytes per layer per feature column (fp32)",
         f"  training traffic    {mb:.2f} MB of halo payload per epoch for {m['model']} hidden {m['hidden']}, "
         f"{m['num_layers']} layers, schedule {report['schedule']}, halo dtype {report['halo_dtype']} "

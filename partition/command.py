@@ -85,7 +85,8 @@ def cmd_partition(args, argv: list[str]) -> int:
             if args.normalize_features:
                 graph = graph.with_normalized_features()
             meta = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
-                                   balance_train=args.balance_train, overwrite=args.overwrite,
+                                   balance_train=args.balance_train, balance_edges=args.balance_edges,
+                                   overwrite=args.overwrite,
                                    locality_block=args.locality_block, objective=args.objective, task=args.task,
                                    **({"edge_split": edge_split, "mrr_negatives": args.mrr_negatives}
                                       if edge_split else {}))
@@ -100,6 +101,9 @@ def cmd_partition(args, argv: list[str]) -> int:
     if args.balance_train:
         return _fail("partition", "--balance-train needs METIS's second vertex constraint, which Scotch lacks: "
                                   "drop it or use --method metis", launcher_rank() or 0)
+    if args.balance_edges:
+        return _fail("partition", "--balance-edges weighs METIS's vertices; the PT-Scotch path does not: drop it "
+                                  "or use --method metis", launcher_rank() or 0)
     if args.normalize_features and args.dataset.startswith("chunked:"):
         return _fail("partition", "--normalize-features is not supported for chunked: datasets: drop it, or "
                                   "partition the original --dataset instead of its chunked copy",

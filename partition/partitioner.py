@@ -23,7 +23,7 @@ def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, met
                     seed: int = 0, balance_train: bool = False, overwrite: bool = False,
                     locality_block: int = DEFAULT_LOCALITY_BLOCK, objective: str = "cut", task: str = "node",
                     edge_split: tuple[float, float, float] = DEFAULT_EDGE_SPLIT,
-                    mrr_negatives: int = DEFAULT_MRR_NEGATIVES) -> PartitionMeta:
+                    mrr_negatives: int = DEFAULT_MRR_NEGATIVES, balance_edges: bool = False) -> PartitionMeta:
     """locality_block: nodes per METIS block when numbering inside a part (0: dataset order).
     objective: what METIS minimises, cut or volume (gnn_dist.partition.metis.assign_parts).
     task link: the held-out edges leave the graph before it is partitioned, and each part stores the split's
@@ -40,7 +40,7 @@ def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, met
             graph, split = split_edges(graph, edge_split, seed, mrr_negatives)
             source = f"seeded {','.join(f'{f:g}' for f in edge_split)} (seed {seed})"
     parts = assign_parts(graph, num_parts, method=method, seed=seed, balance_train=balance_train,
-                         objective=objective)
+                         objective=objective, balance_edges=balance_edges)
     blocks = locality_blocks(graph, parts, num_parts, locality_block, seed) if locality_block > 0 else None
     partptr, node_map, part_arrays = build_parts(graph, parts, num_parts, blocks)
     infos = [dataclasses.asdict(part_stats(arrays)) for arrays in part_arrays]

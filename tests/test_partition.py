@@ -166,6 +166,31 @@ def test_balance_train_keeps_training_nodes_balanced(tmp_path):
     assert sum(train) == graph.train_mask.sum()
 
 
+def test_balance_edges_evens_each_parts_edges_by_the_datasets_own_degrees(tmp_path):
+    """synthetic:small's degrees are skewed: node-balanced parts differ by a quarter in edges. --balance-edges
+    evens the in-edges each rank aggregates (counted from the dataset's edge list through the partition's node
+    map), and inspect reports the same figure."""
+    graph = load_dataset("synthetic:small")
+    in_degree = np.bincount(graph.edge_index[1], minlength=graph.num_nodes)
+
+    def edge_balance(directory) -> float:
+        meta, node_map = load_meta(directory), load_node_map(directory)
+        edges = [in_degree[node_map[meta.partptr[k]:meta.partptr[k + 1]]].sum() for k in range(meta.num_parts)]
+        return max(edges) / np.mean(edges)
+
+    partition_graph(graph, 4, tmp_path / "nodes")
+    partition_graph(graph, 4, tmp_path / "edges", balance_edges=True)
+    assert edge_balance(tmp_path / "nodes") > 1.15
+    assert edge_balance(tmp_path / "edges") < 1.03
+    done = run_cli("inspect", str(tmp_path / "edges"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["edge_balance"] == pytest.approx(edge_balance(tmp_path / "edges"), rel=1e-9)
+    done = run_cli("partition", "--dataset", "synthetic:tiny", "--num-parts", "2", "--out", str(tmp_path / "both"),
+                   "--balance-train", "--balance-edges")
+    assert done.returncode != 0 and "use one of them" in done.stderr
+    assert not (tmp_path / "both").exists()
+
+
 def test_every_part_gets_a_node_on_a_tiny_graph(tmp_path):
     graph = Graph("two", np.array([[0, 1], [1, 0]]), np.zeros((3, 2), np.float32), np.zeros(3, np.int64),
                   np.array([True, True, True]), np.zeros(3, bool), np.zeros(3, bool), 1)
