@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from gnn_dist import sparse_features
 from gnn_dist.config import DEFAULT_HALO_BLOCK_ROWS, FEATURE_DTYPES, ModelConfig
 from gnn_dist.host_memory import PROCESS_BYTES, readable_bytes
 from gnn_dist.models import model_class
@@ -50,6 +51,7 @@ class PlanConfig:
     neg_ratio: int = 1       # --task link
     decoder: str = "dot"     # --task link
     negatives: str = "source"  # --task link: pairs draws (and fetches) each negative's source too
+    mode: str = "full"       # full-batch training (sampled: the sparse first layer's copy is not made)
 
 
 @dataclass
@@ -127,6 +129,9 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
         "ids, labels, plan": n * (3 * INDEX + 3) + h * 3 * INDEX + S * 3 * INDEX,
         "parameters, Adam": params * FLOAT * 5,
     }
+    first_in, first_out, _ = widths[0]
+    if sparse_features.wanted(config, shape.feature_density, conv, first_in, first_out):
+        persistent["sparse input features"] = sparse_features.copy_bytes(n + h, num_features, shape.feature_density)
     exchanged = [w for w in exchanged_widths(model, num_features, num_classes) if w]
     if not sequential and len(peers):
         # send rows and returned gradients, one buffer per distinct width (layers of one width share it)
@@ -315,6 +320,6 @@ def plan_config_of(train_config) -> PlanConfig:
                       halo_block_rows=train_config.halo_block_rows, feature_dtype=train_config.feature_dtype,
                       eval_chunk_nodes=train_config.eval_chunk_nodes, task=train_config.task,
                       neg_ratio=train_config.link.neg_ratio, decoder=train_config.link.decoder,
-                      negatives=train_config.link.negatives)
+                      negatives=train_config.link.negatives, mode=train_config.mode)
 
 

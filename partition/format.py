@@ -95,6 +95,9 @@ class PartitionMeta:
     parts: list[PartInfo]
     task: str = "node"        # what the part files hold data for: node (labels and masks) or link (edge splits)
     link: dict | None = None  # --task link: {edge_split, train, val, test, mrr_negatives, source}
+    # non-zero fraction of the input features (None: not recorded); mostly-zero features get a sparse first
+    # layer (gnn_dist.sparse_features)
+    feature_density: float | None = None
 
     @property
     def edge_cut(self) -> int:
@@ -346,6 +349,7 @@ class PartShape:
     sent_per_peer: tuple      # rows this part sends to each peer
     received_per_peer: tuple  # halo rows owned by each peer
     link: LinkShape | None = None  # --task link partitions: the pairs this part holds
+    feature_density: float | None = None  # the partition's, for the sparse first layer's copy
 
     @property
     def sent(self) -> int:
@@ -359,7 +363,7 @@ def part_shape(part) -> PartShape:
                      cut_entries=int(np.count_nonzero(part.indices >= part.n_owned)),
                      sent_per_peer=tuple(int(v) for v in np.diff(part.send_ptr)),
                      received_per_peer=tuple(int(v) for v in np.bincount(part.halo_owner, minlength=num_parts)),
-                     link=link_shape(part.arrays, part.meta))
+                     link=link_shape(part.arrays, part.meta), feature_density=part.meta.feature_density)
 
 
 def part_shapes(directory) -> list[PartShape]:
@@ -375,5 +379,6 @@ def part_shapes(directory) -> list[PartShape]:
         shapes.append(PartShape(owned=info.owned, halo=info.halo, entries=info.local_edges + info.cut_edges,
                                 cut_entries=info.cut_edges,
                                 sent_per_peer=tuple(int(v) for v in sent),
-                                received_per_peer=tuple(int(v) for v in received), link=link))
+                                received_per_peer=tuple(int(v) for v in received), link=link,
+                                feature_density=meta.feature_density))
     return shapes

@@ -4,6 +4,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import numpy as np
+
 from gnn_dist.partition.build import build_parts, part_stats
 from gnn_dist.partition.format import PartitionMeta, save
 from gnn_dist.partition.graph import DatasetError, Graph
@@ -53,5 +55,6 @@ def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, met
         dataset=graph.name, num_nodes=graph.num_nodes, num_edges=graph.num_edges, num_parts=num_parts,
         num_features=graph.num_features, num_classes=graph.num_classes, num_train=int(graph.train_mask.sum()),
         method=method, seed=seed, partptr=[int(v) for v in partptr], task=task, link=link,
+        feature_density=float(np.count_nonzero(graph.x)) / max(graph.x.size, 1),
     )
     return save(out, meta_fields, node_map, part_arrays, infos, overwrite=overwrite)

@@ -81,6 +81,9 @@ class DistConv(nn.Module):
     # rows for its backward, and that backward holds two [entries x heads] buffers: for the memory plan).
     attention: ClassVar[bool] = False
     multi_head: ClassVar[bool] = False  # whether --heads applies (hidden layers then output heads * hidden columns)
+    # Whether transform() multiplies through gnn_dist.sparse_features.linear, so a first layer given the CSR copy
+    # of mostly-zero input features (input_features) multiplies sparsely.
+    takes_sparse_input: ClassVar[bool] = False
     # Set by the model stack: the original ids of the operator's columns ([owned | halo], rows first), and the
     # key of the current pass and layer, for randomness inside the layer that every P must draw alike.
     column_ids: torch.Tensor | None = None
@@ -98,6 +101,8 @@ class DistConv(nn.Module):
         # A (X W) = (A X) W: aggregate the narrower of the input and the output (it is also what travels), unless
         # the model says otherwise (aggregation()).
         self.aggregate_first = type(self).aggregation(in_dim, out_dim)[0]
+        # the first layer's CSR copy of the input features, where setup made one (gnn_dist.sparse_features)
+        self.input_features = None
 
     @classmethod
     def layer_options(cls, config, layer: int, num_layers: int) -> dict:

@@ -8,6 +8,7 @@ from torch import nn
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.models.base import DistConv, PygOnBlock, glorot_, with_self_loops
 from gnn_dist.models.registry import register_model
+from gnn_dist.sparse_features import linear
 
 
 @register_model
@@ -15,6 +16,7 @@ class DistGCNConv(DistConv):
     name = "gcn"
     needs_root = False  # the self loop is in the operator: no separate term of the node's own input
     self_loops = True
+    takes_sparse_input = True
 
     def __init__(self, in_dim, out_dim, operator, exchanger, slot, blocked=None):
         super().__init__(in_dim, out_dim, operator, exchanger, slot, blocked)
@@ -28,7 +30,7 @@ class DistGCNConv(DistConv):
             self.bias.zero_()
 
     def transform(self, h: torch.Tensor) -> torch.Tensor:
-        return h if self.aggregate_first else h @ self.weight.t()
+        return h if self.aggregate_first else linear(h, self.weight, self.input_features)
 
     @property
     def aggregation_bias(self) -> torch.Tensor | None:

@@ -8,6 +8,7 @@ from torch import nn
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.models.base import DistConv, linear_uniform_
 from gnn_dist.models.registry import register_model
+from gnn_dist.sparse_features import linear
 
 
 @register_model
@@ -15,6 +16,7 @@ class DistSAGEConv(DistConv):
     name = "sage"
     needs_root = True
     self_loops = False
+    takes_sparse_input = True
 
     def __init__(self, in_dim, out_dim, operator, exchanger, slot, blocked=None):
         super().__init__(in_dim, out_dim, operator, exchanger, slot, blocked)
@@ -26,7 +28,7 @@ class DistSAGEConv(DistConv):
         linear_uniform_(self.lin_r, generator)
 
     def transform(self, h: torch.Tensor) -> torch.Tensor:
-        return h if self.aggregate_first else h @ self.lin_l.weight.t()
+        return h if self.aggregate_first else linear(h, self.lin_l.weight, self.input_features)
 
     @property
     def aggregation_bias(self) -> torch.Tensor | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnn_dist import sparse_features
 from gnn_dist.checkpoint import graph_identity, load_checkpoint
 from gnn_dist.codec import make_codec
 from gnn_dist.comm import first_failure
@@ -114,6 +115,9 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     exchanger.counters.reset()
 
     model = task.build_model(graph, exchanger)
+    first = model.convs[0]
+    if sparse_features.wanted(config, meta.feature_density, type(first), first.in_dim, first.out_dim):
+        first.input_features = sparse_features.SparseFeatures.of(x_full)
     broadcast_parameters(ctx, list(model.parameters()))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, metrics,
