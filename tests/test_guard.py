@@ -32,13 +32,16 @@ def test_a_loss_near_zero_may_double_without_firing():
 
 
 def test_noise_and_a_saw_tooth_around_a_falling_loss_never_fire():
+    """Noise, a saw-tooth and one-epoch spikes (0.7 x the first loss, every 12 epochs) never fire: the rule reads
+    5-epoch means, in which a lone spike weighs a fifth."""
     guard = DivergenceGuard(rule=GuardRule())
     generator = torch.Generator().manual_seed(0)
     for epoch in range(200):
         trend = 0.6 + 1.4 * 0.97 ** epoch
         saw_tooth = 0.04 * (epoch % 4)  # stale:4 refreshes every 4 epochs
         noise = 0.03 * float(torch.randn(1, generator=generator))
-        assert guard.observe(epoch, trend * (1 + noise) + saw_tooth, 0.6) is None, epoch
+        spike = 1.4 if epoch >= 20 and epoch % 12 == 0 else 0.0  # the first loss is about 2.0
+        assert guard.observe(epoch, trend * (1 + noise) + saw_tooth + spike, 0.6) is None, epoch
 
 
 def test_collapse_below_the_majority_rate_fires_only_when_it_lasts_after_the_warmup():
