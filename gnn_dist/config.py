@@ -166,6 +166,7 @@ class SampledConfig:
 
 
 DECODERS = ("dot", "mlp")
+NEGATIVE_RULES = ("source", "pairs")  # gnn_dist.link.negatives
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ class LinkConfig:
     negatives: str = option("source", "--task link: how a training negative is drawn: source keeps the positive's "
                                       "source and draws a destination uniform over the other nodes (DGL's uniform "
                                       "sampler); pairs draws both ends uniformly, as PyG's negative_sampling "
-                                      "(docs/link-prediction.md)", choices=("source", "pairs"))
+                                      "(docs/link-prediction.md)", choices=NEGATIVE_RULES)
 
     def validate(self) -> None:
         if self.embedding_dim is not None and self.embedding_dim < 1:
@@ -188,7 +189,7 @@ class LinkConfig:
             raise ValueError(f"bad --decoder {self.decoder!r}: use dot or mlp")
         if self.neg_ratio < 1:
             raise ValueError(f"--neg-ratio must be at least 1 (negatives per positive), got {self.neg_ratio}")
-        if self.negatives not in ("source", "pairs"):
+        if self.negatives not in NEGATIVE_RULES:
             raise ValueError(f"bad --negatives {self.negatives!r}: use source or pairs")
 
 

@@ -35,6 +35,15 @@ def negatives_key(seed: int, epoch: int) -> np.uint64:
         return splitmix64(key ^ np.uint64(epoch))[0]
 
 
+def _keyed_below(key: np.uint64, edge_ids: np.ndarray, ratio: int, bound: int) -> np.ndarray:
+    """[len(edge_ids), ratio] int64 in [0, bound): draw k of edge e hashed with the key, multiply-shifted."""
+    draws = edge_ids.astype(np.uint64)[:, None] * np.uint64(ratio) + np.arange(ratio, dtype=np.uint64)[None, :]
+    with np.errstate(over="ignore"):
+        words = splitmix64(splitmix64(draws ^ key))
+        value = ((words >> np.uint64(32)) * np.uint64(bound)) >> np.uint64(32)
+    return value.astype(np.int64)
+
+
 def negative_destinations(seed: int, epoch: int, edge_ids: np.ndarray, sources: np.ndarray, num_nodes: int,
                           ratio: int) -> np.ndarray:
     """[len(edge_ids), ratio] original ids: positive e's k-th negative destination at this epoch.
@@ -44,12 +53,7 @@ def negative_destinations(seed: int, epoch: int, edge_ids: np.ndarray, sources: 
     """
     if num_nodes < 2 or num_nodes - 1 >= 1 << 32:
         raise ValueError(f"keyed negatives need 2 <= num_nodes <= 2**32, got {num_nodes}")
-    key = negatives_key(seed, epoch)
-    draws = edge_ids.astype(np.uint64)[:, None] * np.uint64(ratio) + np.arange(ratio, dtype=np.uint64)[None, :]
-    with np.errstate(over="ignore"):
-        words = splitmix64(splitmix64(draws ^ key))
-        value = ((words >> np.uint64(32)) * np.uint64(num_nodes - 1)) >> np.uint64(32)
-    value = value.astype(np.int64)
+    value = _keyed_below(negatives_key(seed, epoch), edge_ids, ratio, num_nodes - 1)
     sources = sources.astype(np.int64)
     return value + (value >= (sources[:, None] if sources.ndim == 1 else sources))
 
@@ -59,9 +63,4 @@ def negative_sources(seed: int, epoch: int, edge_ids: np.ndarray, num_nodes: int
     (their destinations are negative_destinations given these sources)."""
     if num_nodes < 1 or num_nodes >= 1 << 32:
         raise ValueError(f"keyed negatives need 1 <= num_nodes <= 2**32, got {num_nodes}")
-    key = negatives_key(seed, epoch) ^ _SOURCES
-    draws = edge_ids.astype(np.uint64)[:, None] * np.uint64(ratio) + np.arange(ratio, dtype=np.uint64)[None, :]
-    with np.errstate(over="ignore"):
-        words = splitmix64(splitmix64(draws ^ key))
-        value = ((words >> np.uint64(32)) * np.uint64(num_nodes)) >> np.uint64(32)
-    return value.astype(np.int64)
+    return _keyed_below(negatives_key(seed, epoch) ^ _SOURCES, edge_ids, ratio, num_nodes)

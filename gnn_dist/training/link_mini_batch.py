@@ -4,8 +4,8 @@ A batch's seeds are every endpoint of its positives and of their keyed negatives
 full-batch training draws, both ends under --negatives pairs); the sampler grows the k-hop neighbourhood of
 each seed, wherever it lives, as PyG's LinkNeighborLoader does, and the pairs are scored from the seeds'
 outputs. Everything else (sampling, remote features, the cache, one gradient allreduce per step) is node
-classification's (gnn_dist.training.mini_batch). The loss of a step is the BCE summed over its pairs divided by the global
-number of pairs of that step.
+classification's (gnn_dist.training.mini_batch). The loss of a step is the BCE summed over its pairs divided
+by the global number of pairs of that step.
 """
 from __future__ import annotations
 
@@ -41,6 +41,6 @@ class LinkMiniBatchMode(MiniBatchMode):
         drawn = n * self.ratio
         z_src, z_pos = out.index_select(0, where[:n]), out.index_select(0, where[n:2 * n])
         z_neg = out.index_select(0, where[2 * n:2 * n + drawn]).view(n, self.ratio, -1)
-        z_neg_src = None if len(where) == 2 * n + drawn else \
-            out.index_select(0, where[2 * n + drawn:]).view(n, self.ratio, -1)
+        z_neg_src = out.index_select(0, where[2 * n + drawn:]).view(n, self.ratio, -1) if self.rule == "pairs" \
+            else None
         return pair_loss_sum(self.state.model.decoder, z_src, z_pos, z_neg, z_neg_src), n * (1 + self.ratio)
