@@ -147,19 +147,6 @@ def _wait_for_epochs(metrics: Path, count: int, deadline: float) -> None:
     raise AssertionError(f"{count} epochs never came")
 
 
-def test_a_lost_host_is_named_by_the_surviving_rank(hosts, partitioned, tmp_path):
-    metrics = tmp_path / "m.jsonl"
-    job = _start(hosts, partitioned("synthetic:small", 2), metrics, "--epochs", "100000")
-    try:
-        _wait_for_epochs(metrics, 3, time.monotonic() + 120)
-        cluster("killall", hosts[1])
-        _, stderr = job.communicate(timeout=60)
-    finally:
-        job.kill()
-    assert job.returncode != 0
-    assert f"lost rank 1 on host {hosts[1]}" in stderr, stderr
-
-
 def test_a_cut_link_ends_the_job_in_about_a_minute_naming_the_silent_peer(hosts, partitioned, tmp_path):
     """--timeout auto: once training runs, max(60 s, 20 x the longest step): a minute here, not the old 600 s."""
     metrics = tmp_path / "m.jsonl"
@@ -203,7 +190,7 @@ def test_supervise_heals_a_job_whose_host_lost_all_its_processes(hosts, partitio
     assert job.returncode == 0, stderr[-3000:]
     # The heal is what this test holds. Who names the loss first is a race between the surviving rank's peer
     # monitor and the launcher's teardown (on a loaded host the launcher can kill rank 0 first); the naming
-    # itself is test_a_lost_host_is_named_by_the_surviving_rank's.
+    # itself is pinned in tests/test_peers.py, where no launcher kills the survivors.
     assert "restart 1 of 3" in stderr and "resuming from epoch" in stderr, stderr[-3000:]
     assert f"lost rank 1 on host {hosts[1]}" in stderr or "assert (!closed) failed" in stderr, stderr[-3000:]
     healed, reference = records(metrics), records(whole)
