@@ -115,10 +115,11 @@ ALLOCATOR_ENV = "GNN_DIST_ALLOCATOR"
 
 def use_workspace() -> bool:
     """Serve torch's CPU tensors of 1 MiB or more from the workspace allocator (kernels/workspace_allocator.cpp):
-    blocks freed in one epoch serve the same sizes in the next, with no new mapping, no page faults and no
-    zero-filling, and the mapped total never above the largest total ever alive (so peak RSS is what unmapping
-    every block at once gives). Returns whether it is on: GNN_DIST_ALLOCATOR=system, or no native kernel, keeps
-    malloc with large blocks mapped on their own (return_large_blocks_on_free)."""
+    blocks freed in one epoch serve the next epoch's requests, as they are or resized in place (mremap), so only
+    the pages a resize grows by are faulted in and zero-filled, and the mapped total never exceeds the largest
+    total ever alive (so peak RSS is what unmapping every block at once gives; tests/test_workspace.py).
+    Returns whether it is on: GNN_DIST_ALLOCATOR=system, or no native kernel, keeps malloc with large blocks
+    mapped on their own (return_large_blocks_on_free)."""
     return_large_blocks_on_free()
     if os.environ.get(ALLOCATOR_ENV, "workspace") == "system":
         return False
@@ -132,7 +133,7 @@ def use_workspace() -> bool:
 
 
 def workspace_stats() -> dict[str, int]:
-    """The workspace allocator's counters (maps, reuses, unmaps, alive/cached/high-water bytes); {} when off."""
+    """The workspace allocator's counters (maps, reuses, resizes, unmaps, alive/cached/high-water bytes); {} when off."""
     from gnn_dist.kernels.native import native_module
 
     native = native_module()

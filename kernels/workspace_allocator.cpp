@@ -4,10 +4,13 @@
 // malloc, they either stay on the heap (which then grows to hold the largest mix ever alive, plus
 // fragmentation) or, each mapped on its own, come back as fresh zero-filled pages every epoch (page faults and
 // zeroing on every allocation). This allocator keeps freed blocks of 1 MiB or more mapped and hands each back
-// to the next request of exactly its size, as PyTorch's CUDA caching allocator does, so the steady state maps
-// nothing new. It never holds more than the largest total ever alive at once: before mapping a new block it
-// unmaps cached blocks, oldest first, until cached + alive + the new block fit under that high-water mark. The
-// process's peak RSS is therefore what it is when every freed block is unmapped at once.
+// to the next request of its size, as PyTorch's CUDA caching allocator does, so the steady state maps nothing
+// new. A request no cached block matches exactly takes the nearest cached block and resizes it with mremap:
+// shrinking gives the tail's pages back to the OS, growing faults in only the difference. Every byte the
+// allocator holds is therefore a byte some tensor asked for, and it never holds more than the largest total
+// ever alive at once: before a block grows or a new one is mapped, cached blocks are unmapped, oldest first,
+// until cached + alive fit under that high-water mark. The process's peak RSS is what it is when every freed
+// block is unmapped at once (what malloc with one mapping per large block gives).
 // Smaller requests go to torch's default allocator (malloc's heap).
 #include <torch/extension.h>
 
@@ -15,6 +18,7 @@
 #include <sys/mman.h>
 
 #include <list>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -51,7 +55,7 @@ class WorkspaceAllocator final : public c10::Allocator {
 
   std::unordered_map<std::string, int64_t> stats() {
     std::lock_guard<std::mutex> guard(mutex_);
-    return {{"maps", maps_}, {"reuses", reuses_}, {"unmaps", unmaps_}, {"alive_bytes", (int64_t)alive_},
+    return {{"maps", maps_}, {"reuses", reuses_}, {"resizes", resizes_}, {"unmaps", unmaps_}, {"alive_bytes", (int64_t)alive_},
             {"cached_bytes", (int64_t)cached_bytes_}, {"high_water_bytes", (int64_t)high_water_},
             {"threshold_bytes", (int64_t)threshold_}};
   }
@@ -63,52 +67,61 @@ class WorkspaceAllocator final : public c10::Allocator {
 
   void* take(size_t size) {
     std::lock_guard<std::mutex> guard(mutex_);
-    auto found = by_size_.find(size);
-    if (found != by_size_.end() && !found->second.empty()) {
-      auto it = found->second.back();  // the most recently freed block of this size
-      found->second.pop_back();
-      void* ptr = it->ptr;
-      cached_.erase(it);
-      cached_bytes_ -= size;
-      alive_ += size;
-      sizes_[ptr] = size;
+    auto exact = by_size_.find(size);
+    if (exact != by_size_.end()) {
       ++reuses_;
-      return ptr;
+      return hand_out(unlink(exact), size);
     }
-    // No block of exactly this size: a larger cached one serves it when that keeps the total alive under the
-    // high-water mark (its spare pages were counted there before), the smallest such, at most twice the size.
-    if (alive_ + size <= high_water_) {
-      auto best = by_size_.end();
-      for (auto it = by_size_.begin(); it != by_size_.end(); ++it) {
-        if (!it->second.empty() && it->first > size && it->first <= 2 * size && alive_ + it->first <= high_water_ &&
-            (best == by_size_.end() || it->first < best->first))
-          best = it;
+    // The nearest cached block: the smallest at least this size (shrunk, no page faults), else the largest
+    // below it (grown: only the difference faults in).
+    auto nearest = by_size_.lower_bound(size);
+    if (nearest == by_size_.end() && !by_size_.empty()) nearest = std::prev(by_size_.end());
+    if (nearest != by_size_.end()) {
+      const Block block = unlink(nearest);
+      make_room(size);  // the block has left the cache: what must fit is alive + cached + its new size
+      void* ptr = mremap(block.ptr, block.size, size, MREMAP_MAYMOVE);
+      if (ptr != MAP_FAILED) {
+        ++resizes_;
+        return hand_out(ptr, size);
       }
-      if (best != by_size_.end()) {
-        auto it = best->second.back();
-        best->second.pop_back();
-        void* ptr = it->ptr;
-        const size_t block = it->size;
-        cached_.erase(it);
-        cached_bytes_ -= block;
-        alive_ += block;
-        sizes_[ptr] = block;
-        ++reuses_;
-        return ptr;
-      }
+      munmap(block.ptr, block.size);  // cannot resize (address space): a fresh mapping instead
+      ++unmaps_;
     }
-    const size_t mark = static_cast<size_t>(static_cast<double>(std::max(high_water_, alive_ + size)) * (1.0 + slack_));
-    while (!cached_.empty() && alive_ + cached_bytes_ + size > mark) evict_oldest();
+    make_room(size);
     void* ptr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ptr == MAP_FAILED) {
       while (!cached_.empty()) evict_oldest();  // the address space or the memory is short: give it all back
       ptr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       TORCH_CHECK(ptr != MAP_FAILED, "gnn-dist workspace: cannot map ", size, " bytes");
     }
+    ++maps_;
+    return hand_out(ptr, size);
+  }
+
+  // Takes the most recently freed block of a size out of the cache (with the lock held).
+  Block unlink(std::map<size_t, std::vector<std::list<Block>::iterator>>::iterator same_size) {
+    auto it = same_size->second.back();
+    same_size->second.pop_back();
+    const Block block = *it;
+    if (same_size->second.empty()) by_size_.erase(same_size);  // the map holds only sizes with cached blocks
+    cached_.erase(it);
+    cached_bytes_ -= block.size;
+    return block;
+  }
+
+  // Unmaps cached blocks, oldest first, until `extra` more bytes fit under the high-water mark (or under the
+  // total alive with them, when that is higher: a new high-water mark).
+  void make_room(size_t extra) {
+    const size_t mark = static_cast<size_t>(static_cast<double>(std::max(high_water_, alive_ + extra)) *
+                                            (1.0 + slack_));
+    while (!cached_.empty() && alive_ + cached_bytes_ + extra > mark) evict_oldest();
+  }
+
+  void* hand_out(const Block& block, size_t size) { return hand_out(block.ptr, size); }
+  void* hand_out(void* ptr, size_t size) {
     alive_ += size;
     high_water_ = std::max(high_water_, alive_);
     sizes_[ptr] = size;
-    ++maps_;
     return ptr;
   }
 
@@ -126,13 +139,14 @@ class WorkspaceAllocator final : public c10::Allocator {
 
   void evict_oldest() {  // with the lock held
     const Block block = cached_.back();
-    auto& same = by_size_[block.size];
-    for (auto it = same.begin(); it != same.end(); ++it) {
+    auto same = by_size_.find(block.size);
+    for (auto it = same->second.begin(); it != same->second.end(); ++it) {
       if ((*it)->ptr == block.ptr) {
-        same.erase(it);
+        same->second.erase(it);
         break;
       }
     }
+    if (same->second.empty()) by_size_.erase(same);
     cached_.pop_back();
     cached_bytes_ -= block.size;
     munmap(block.ptr, block.size);
@@ -145,10 +159,10 @@ class WorkspaceAllocator final : public c10::Allocator {
   const double slack_;
   std::mutex mutex_;
   std::list<Block> cached_;  // most recently freed first
-  std::unordered_map<size_t, std::vector<std::list<Block>::iterator>> by_size_;
+  std::map<size_t, std::vector<std::list<Block>::iterator>> by_size_;  // cached blocks by size, ordered
   std::unordered_map<void*, size_t> sizes_;  // blocks alive
   size_t alive_ = 0, cached_bytes_ = 0, high_water_ = 0;
-  int64_t maps_ = 0, reuses_ = 0, unmaps_ = 0;
+  int64_t maps_ = 0, reuses_ = 0, resizes_ = 0, unmaps_ = 0;
 };
 
 WorkspaceAllocator* WorkspaceAllocator::instance = nullptr;
