@@ -204,3 +204,38 @@ def test_cluster_script_refuses_what_it_cannot_do():
     done = subprocess.run(["bash", str(CLUSTER), "exec", "nohost-h9", "true"], capture_output=True, text=True,
                           env={**os.environ, "CLUSTER_NAME": "nosuchcluster"})
     assert done.returncode != 0 and "no host nohost-h9" in done.stderr
+
+
+def test_supervise_shrinks_the_job_onto_the_host_left_when_one_dies(hosts, partitioned, tmp_path):
+    """The module's last test: it kills h1 for good (the holder of its namespaces: every process there dies and
+    nothing can start there again), as a host that died. The job, 2 ranks on 2 hosts, resumes at P=1 on h0."""
+    whole = tmp_path / "whole.jsonl"
+    done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:small", 2)), "--epochs", "30", "--no-progress",
+                   "--metrics-out", str(whole))
+    assert done.returncode == 0, done.stderr
+    hosts_file, metrics, ckpt = tmp_path / "hosts", tmp_path / "m.jsonl", tmp_path / "ckpt"
+    hosts_file.write_text(f"{hosts[0]}:1\n{hosts[1]}:1\n")
+    env = {**os.environ, "CLUSTER_NAME": NAME, "MPIEXEC": str(Path(sys.executable).parent / "mpiexec"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    launch = ["bash", str(CLUSTER), "mpiexec", "-hosts", "{hosts}", "-n", "{n}", sys.executable, "-m", "gnn_dist",
+              "train", "--parts", "{parts}", "--epochs", "30", "--no-progress", "--metrics-out", str(metrics),
+              "--checkpoint-dir", str(ckpt), "--checkpoint-every", "5"]
+    parts_for = f"2:{partitioned('synthetic:small', 2)},1:{partitioned('synthetic:small', 1)}"
+    job = subprocess.Popen([sys.executable, "-m", "gnn_dist", "supervise", "--backoff", "1", "--hosts-file",
+                            str(hosts_file), "--parts-for", parts_for, "--probe", f"bash {CLUSTER} exec {{host}} true",
+                            "--", *launch], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not any((ckpt / f"epoch-{e:06d}" / "MANIFEST.json").exists() for e in (5, 10)):
+            assert time.monotonic() < deadline and job.poll() is None, "no checkpoint came"
+            time.sleep(0.2)
+        cluster("kill", hosts[1])
+        _, stderr = job.communicate(timeout=300)
+    finally:
+        job.kill()
+    assert job.returncode == 0, stderr[-3000:]
+    assert f"not answering: {hosts[1]} (exit status 2: cluster.sh: host {hosts[1]} is down" in stderr, stderr[-3000:]
+    assert stderr.count(f"relaunching at P=1 (was 2) on {hosts[0]}:1") == 1, stderr[-3000:]
+    healed, reference = records(metrics), records(whole)
+    assert (healed[-1]["num_parts"], healed[-1]["first_num_parts"], healed[-1]["restarts"]) == (1, 2, 1)
+    assert [r["loss"] for r in healed[:-1]] == pytest.approx([r["loss"] for r in reference[:-1]], rel=1e-4)

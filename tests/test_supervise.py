@@ -198,3 +198,49 @@ def test_restart_count_is_zero_without_a_supervisor(partitioned, tmp_path):
                    "--metrics-out", str(metrics)).returncode == 0
     assert final_record(metrics)["restarts"] == 0
     assert np.isfinite(losses(metrics)).all()
+
+
+def test_a_job_that_lost_a_host_is_relaunched_smaller_on_the_hosts_that_answer(partitioned, tmp_path):
+    """--hosts-file/--parts-for: the first launch runs 4 ranks on two "hosts" of 2 slots. That launch marks host
+    beta as gone (the probe reads the marker) and rank 3 is killed at epoch 6; the relaunch probes again, finds
+    alpha's 2 slots only, and resumes the 4-rank checkpoint at P=2: the curve is the uninterrupted P=4 run's."""
+    whole = tmp_path / "whole.jsonl"
+    assert train(4, partitioned("synthetic:small", 4), *COMMON, "--metrics-out", str(whole)).returncode == 0
+    hosts, gone = tmp_path / "hosts", tmp_path / "gone"
+    hosts.write_text("alpha:2\nbeta slots=2  # the second host\n")
+    gone.mkdir()
+    metrics, ckpt = tmp_path / "healed.jsonl", tmp_path / "ckpt"
+    launch = ["sh", "-c", f'touch {gone}/beta; exec "$@"', "launch", MPIEXEC or "mpiexec", "-n", "{n}",
+              sys.executable, "-m", "gnn_dist", "train", "--parts", "{parts}", *COMMON, "--checkpoint-dir", str(ckpt),
+              "--checkpoint-every", "4", "--metrics-out", str(metrics)]
+    parts_for = f"4:{partitioned('synthetic:small', 4)},2:{partitioned('synthetic:small', 2)}"
+    done = supervise("--backoff", "0", "--hosts-file", str(hosts), "--parts-for", parts_for,
+                     "--probe", f"test ! -e {gone}/{{host}}", "--", *launch, env={"GNN_DIST_FAIL_AT": "3:6:kill@0"})
+    assert done.returncode == 0, done.stderr
+    assert "not answering: beta (exit status 1)" in done.stderr, done.stderr
+    assert done.stderr.count("relaunching at P=2 (was 4) on alpha:2") == 1, done.stderr
+    final = final_record(metrics)
+    assert (final["num_parts"], final["first_num_parts"], final["restarts"], final["resumed_from_epoch"]) == (2, 4, 1, 4)
+    assert (ckpt / "supervise-hostfile").read_text() == "alpha slots=2\n"
+    assert_same_curve(losses(whole), losses(metrics))
+
+
+@pytest.mark.parametrize("options, command, message", [
+    (["--hosts-file", "H"], ["-n", "{n}", "--parts", "{parts}"], "--hosts-file and --parts-for go together"),
+    ([], ["-n", "{n}", "--parts", "p"], "the launch command holds {n}: give --hosts-file"),
+    (["--hosts-file", "H", "--parts-for", "2:p"], ["-n", "2", "--parts", "{parts}"], "must take {n} and {parts}"),
+    (["--hosts-file", "H", "--parts-for", "2"], ["-n", "{n}", "--parts", "{parts}"], "'2' is not P:DIR"),
+    (["--hosts-file", "H", "--parts-for", "4:p"], ["-n", "{n}", "--parts", "{parts}"],
+     "no partition in --parts-for (4 ranks) fits the 2 slot(s) of the hosts still answering"),
+])
+def test_shrink_options_that_cannot_work_are_refused_in_one_line(tmp_path, options, command, message):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("alpha:2\nbeta:2\n")
+    (tmp_path / "beta").touch()
+    options = [str(hosts) if word == "H" else word for word in options]
+    done = subprocess.run([sys.executable, "-m", "gnn_dist", "supervise", *options, "--probe",
+                           f"test ! -e {tmp_path}/{{host}}", "--", "true", *command, "--checkpoint-dir",
+                           str(tmp_path / "ckpt")], capture_output=True, text=True, timeout=60)
+    assert done.returncode in (1, 2), done.stderr
+    lines = [line for line in done.stderr.splitlines() if "error" in line or "not launching" in line]
+    assert len(lines) == 1 and message in lines[0], done.stderr

@@ -20,7 +20,7 @@ from gnn_dist.metrics import summarise
 from gnn_dist.peers import PeerMonitor
 from gnn_dist.rss import PhasePeaks, peak_rss_bytes, release_free_heap, use_workspace
 from gnn_dist.simulated_link import LinkModel
-from gnn_dist.supervise import restarts_so_far
+from gnn_dist.supervise import first_num_parts, restarts_so_far
 from gnn_dist.training.evaluation import write_predictions
 from gnn_dist.training.faults import maybe_inject_failure
 from gnn_dist.training.setup import setup
@@ -200,6 +200,7 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             "halo_block_rows": config.halo_block_rows, "feature_dtype": config.feature_dtype,
             "setup_halo_bytes": int(state.setup_halo_bytes),
             "resumed_from_epoch": state.start_epoch, "epochs_run": state.epochs_run, "restarts": restarts_so_far(),
+            "first_num_parts": first_num_parts() or ctx.size,
             "simulated_link": LinkModel.parse(config.simulate_link).label() if config.simulate_link else None,
             "schedule_guard": config.schedule_guard if state.guard is not None else "off",
             "guard_epochs": state.guard.guard_epochs if state.guard is not None else 0,
