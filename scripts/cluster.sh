@@ -11,6 +11,8 @@
 #   scripts/cluster.sh mpiexec [MPIEXEC OPTIONS]          MPICH's mpiexec, its control on h0, ranks launched on
 #                                                         the hosts through scripts/cluster-launch.sh (-hosts or
 #                                                         -f HOSTFILE as usual)
+#   scripts/cluster.sh mpirun [MPIRUN OPTIONS]            Open MPI's mpirun (MPIRUN, default mpirun.openmpi) the same
+#                                                         way: its daemons start through cluster-launch.sh
 #   scripts/cluster.sh cut HOST | heal HOST               take HOST's link down, or up again
 #   scripts/cluster.sh kill HOST                          kill every process on HOST (the host is lost)
 #   scripts/cluster.sh killall HOST                       kill every process started on HOST; the host stays up
@@ -237,6 +239,17 @@ case "$cmd" in
         exec ip netns exec "$first" sh -c "$(cgroup_mounts)"' exec "$@"' mpiexec \
             nsenter --target "$pid" --uts --wd="$PWD" -- \
             env CLUSTER_NAME="$NAME" "$MPIEXEC" -launcher ssh -launcher-exec "$HERE/cluster-launch.sh" "$@" ;;
+    mpirun)
+        # Open MPI's mpirun, placed as mpiexec above: its daemons reach the other hosts through cluster-launch.sh
+        first=$(hosts | head -1)
+        [ -n "$first" ] || die "no cluster $NAME: scripts/cluster.sh up N first"
+        pid=$(holder_pid "$first")
+        join_cgroup "$first"
+        MPIRUN=${MPIRUN:-mpirun.openmpi}
+        # shellcheck disable=SC2016
+        exec ip netns exec "$first" sh -c "$(cgroup_mounts)"' exec "$@"' mpirun \
+            nsenter --target "$pid" --uts --wd="$PWD" -- \
+            env CLUSTER_NAME="$NAME" "$MPIRUN" --mca plm_rsh_agent "$HERE/cluster-launch.sh" "$@" ;;
     cut)
         [ $# -eq 1 ] || die "cut HOST"
         ip -n "$1" link set eth0 down ;;

@@ -206,6 +206,40 @@ def test_cluster_script_refuses_what_it_cannot_do():
     assert done.returncode != 0 and "no host nohost-h9" in done.stderr
 
 
+def test_ptscotch_partitions_with_its_ranks_on_two_hosts(hosts, partitioned, tmp_path):
+    """PT-Scotch runs on the system's Open MPI: `mpirun` started as a user would on a cluster (its daemons reach
+    h1 through cluster-launch.sh, ssh's stand-in) partitions with one rank per host. The parts are valid against
+    the dataset, and training on them follows the METIS parts' loss curve (exact at any partition)."""
+    from gnn_dist.partition.convert import convert
+    from gnn_dist.partition.datasets import load_dataset
+    from gnn_dist.partition.scotch import missing_for_ranks, rank_environment
+    from tests.test_partition import check_round_trip
+
+    reason = missing_for_ranks()
+    if reason:
+        pytest.skip(reason)
+    chunked, out = tmp_path / "chunked", tmp_path / "parts"
+    convert("synthetic:small", chunked)
+    env = {**os.environ, "CLUSTER_NAME": NAME, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    ranks_env = [f"{key}={value}" for key, value in rank_environment(64).items()]  # the README's settings
+    mpirun = ["bash", str(CLUSTER), "mpirun", "-H", ",".join(hosts), "-n", "2", "--bind-to", "none", "env", *ranks_env]
+    placed = subprocess.run([*mpirun, "hostname"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert placed.returncode == 0 and sorted(placed.stdout.split()) == sorted(hosts), placed.stderr
+    done = subprocess.run([*mpirun, sys.executable, "-m", "gnn_dist", "partition", "--dataset", f"chunked:{chunked}",
+                           "--num-parts", "2", "--method", "ptscotch", "--out", str(out)], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=ROOT)
+    assert done.returncode == 0 and "by ptscotch on 2 ranks" in done.stdout, done.stderr[-3000:]
+    check_round_trip(load_dataset("synthetic:small"), out)
+    curves = []
+    for parts in (out, partitioned("synthetic:small", 2)):
+        metrics = tmp_path / f"{parts.name}.jsonl"
+        trained = run_mpi(2, "train", "--parts", str(parts), "--epochs", "5", "--no-progress", "--metrics-out",
+                          str(metrics))
+        assert trained.returncode == 0, trained.stderr
+        curves.append([r["loss"] for r in records(metrics)[:-1]])
+    assert curves[0] == pytest.approx(curves[1], rel=1e-5)
+
+
 def test_supervise_shrinks_the_job_onto_the_host_left_when_one_dies(hosts, partitioned, tmp_path):
     """The module's last test: it kills h1 for good (the holder of its namespaces: every process there dies and
     nothing can start there again), as a host that died. The job, 2 ranks on 2 hosts, resumes at P=1 on h0."""
