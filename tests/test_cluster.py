@@ -95,7 +95,9 @@ def test_training_across_two_hosts_equals_one_host(hosts, partitioned, tmp_path,
 
 
 def test_ranks_really_ran_on_both_hosts(hosts):
-    done = mpiexec_on(",".join(hosts), 2, "-c", "import socket; print(socket.gethostname())")
+    # one write per rank: print() under PYTHONUNBUFFERED writes the name and the newline apart, and the
+    # launcher may interleave the two ranks' writes ("h0h1\n\n")
+    done = mpiexec_on(",".join(hosts), 2, "-c", "import os, socket; os.write(1, (socket.gethostname() + '\\n').encode())")
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.split()) == sorted(hosts)
 
@@ -110,7 +112,9 @@ def test_the_link_between_hosts_is_shaped(hosts):
     done = mpiexec_on(",".join(hosts), 2, "-c", probe)
     assert done.returncode == 0, done.stderr
     gbits = float(done.stdout.split()[-1])
-    assert 0.5 < gbits < 1.1, gbits  # the shaped rate, where shared memory would move tens of Gbit/s
+    # at most the shaped rate, where shared memory would move tens of Gbit/s; the floor is loose because the
+    # suite's other worker may be busy on the same cores
+    assert 0.2 < gbits < 1.1, gbits
 
 
 def test_a_host_short_of_memory_is_refused_by_name(hosts, tmp_path):
@@ -147,6 +151,21 @@ def _wait_for_epochs(metrics: Path, count: int, deadline: float) -> None:
     raise AssertionError(f"{count} epochs never came")
 
 
+def _lose_host_after_a_checkpoint(job: subprocess.Popen, ckpt: Path, epochs: tuple[int, ...], how: str,
+                                  host: str) -> str:
+    """Once a checkpoint of one of `epochs` is complete, `cluster.sh HOW HOST` (killall: its processes die; kill:
+    the host dies for good); then the supervised job's stderr, once it ends."""
+    try:
+        deadline = time.monotonic() + 120
+        while not any((ckpt / f"epoch-{e:06d}" / "MANIFEST.json").exists() for e in epochs):
+            assert time.monotonic() < deadline and job.poll() is None, "no checkpoint came"
+            time.sleep(0.2)
+        cluster(how, host)
+        return job.communicate(timeout=300)[1]
+    finally:
+        job.kill()
+
+
 def test_a_cut_link_ends_the_job_in_about_a_minute_naming_the_silent_peer(hosts, partitioned, tmp_path):
     """--timeout auto: once training runs, max(60 s, 20 x the longest step): a minute here, not the old 600 s."""
     metrics = tmp_path / "m.jsonl"
@@ -178,15 +197,7 @@ def test_supervise_heals_a_job_whose_host_lost_all_its_processes(hosts, partitio
               "--checkpoint-dir", str(ckpt), "--checkpoint-every", "5"]
     job = subprocess.Popen([sys.executable, "-m", "gnn_dist", "supervise", "--backoff", "1", "--", *launch],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 120
-        while not any((ckpt / f"epoch-{e:06d}" / "MANIFEST.json").exists() for e in (10, 15)):
-            assert time.monotonic() < deadline, "no checkpoint came"
-            time.sleep(0.2)
-        cluster("killall", hosts[1])
-        _, stderr = job.communicate(timeout=300)
-    finally:
-        job.kill()
+    stderr = _lose_host_after_a_checkpoint(job, ckpt, (10, 15), "killall", hosts[1])
     assert job.returncode == 0, stderr[-3000:]
     # The heal is what this test holds. Who names the loss first is a race between the surviving rank's peer
     # monitor and the launcher's teardown (on a loaded host the launcher can kill rank 0 first); the naming
@@ -258,15 +269,7 @@ def test_supervise_shrinks_the_job_onto_the_host_left_when_one_dies(hosts, parti
     job = subprocess.Popen([sys.executable, "-m", "gnn_dist", "supervise", "--backoff", "1", "--hosts-file",
                             str(hosts_file), "--parts-for", parts_for, "--probe", f"bash {CLUSTER} exec {{host}} true",
                             "--", *launch], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 120
-        while not any((ckpt / f"epoch-{e:06d}" / "MANIFEST.json").exists() for e in (5, 10)):
-            assert time.monotonic() < deadline and job.poll() is None, "no checkpoint came"
-            time.sleep(0.2)
-        cluster("kill", hosts[1])
-        _, stderr = job.communicate(timeout=300)
-    finally:
-        job.kill()
+    stderr = _lose_host_after_a_checkpoint(job, ckpt, (5, 10), "kill", hosts[1])
     assert job.returncode == 0, stderr[-3000:]
     assert f"not answering: {hosts[1]} (exit status 2: cluster.sh: host {hosts[1]} is down" in stderr, stderr[-3000:]
     assert stderr.count(f"relaunching at P=1 (was 2) on {hosts[0]}:1") == 1, stderr[-3000:]
