@@ -125,8 +125,8 @@ class Shrinker:
         self.first: int | None = None
         self.last: int | None = None
 
-    def launch(self, command: list[str]) -> tuple[list[str], int] | str:
-        """(the command for this launch, its P), or the line that says why no launch is possible."""
+    def launch(self, command: list[str]) -> list[str] | str:
+        """The command for this launch, or the line that says why no launch is possible."""
         from gnn_dist.hosts import answering, hydra_hosts, largest_that_fits, open_mpi_hostfile, place
 
         alive, silent = answering(self.hosts, self.probe)
@@ -153,7 +153,7 @@ class Shrinker:
             for placeholder, value in values.items():
                 word = word.replace(placeholder, value)
             filled.append(word)
-        return filled, count
+        return filled
 
 
 def supervise(argv: list[str]) -> int:
@@ -188,7 +188,7 @@ def supervise(argv: list[str]) -> int:
                 if isinstance(launch, str):
                     _say(launch)
                     return EXIT_FAILED
-                run, _ = launch
+                run = launch
                 env[FIRST_NUM_PARTS_ENV] = str(shrinker.first)
             run = run + (["--resume"] if restarts and "--resume" not in run else [])
             child.append(subprocess.Popen(run, env=env))
