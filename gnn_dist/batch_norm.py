@@ -21,10 +21,10 @@ class DistBatchNorm(nn.Module):
 
     def __init__(self, num_features: int, exchanger: HaloExchanger, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(num_features))
-        self.bias = nn.Parameter(torch.zeros(num_features))
-        self.register_buffer("running_mean", torch.zeros(num_features))
-        self.register_buffer("running_var", torch.ones(num_features))
+        self.weight = nn.Parameter(torch.ones(num_features))  # host: moved with its module
+        self.bias = nn.Parameter(torch.zeros(num_features))  # host: moved with its module
+        self.register_buffer("running_mean", torch.zeros(num_features))  # host: a buffer, moved with its module
+        self.register_buffer("running_var", torch.ones(num_features))  # host: a buffer, moved with its module
         self.exchanger = exchanger
         self.eps = eps
         self.momentum = momentum
@@ -39,7 +39,7 @@ class _SyncBatchNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, module: DistBatchNorm):  # type: ignore[override]
         c = x.shape[1]
-        stats = torch.cat([x.sum(0), (x * x).sum(0), torch.tensor([float(x.shape[0])], dtype=x.dtype)])
+        stats = torch.cat([x.sum(0), (x * x).sum(0), torch.tensor([float(x.shape[0])], dtype=x.dtype, device=x.device)])
         module.exchanger.allreduce_(stats)
         count = stats[-1]
         if count < 2:

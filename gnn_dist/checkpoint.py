@@ -77,6 +77,22 @@ def describe_run(state) -> dict:
     }
 
 
+def _on_host(value):
+    """`value` with every tensor in it copied to the host: checkpoints are device-independent, so a run trained on
+    a GPU resumes on CPUs and the reverse (the loader moves what it restores to its own device)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {key: _on_host(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_host(item) for item in value)
+    return value
+
+
+def _on_device(tensors: dict, device: torch.device) -> dict:
+    return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in tensors.items()}
+
+
 def _write_atomically(payload: dict, final: Path) -> str:
     """torch.save to a temporary name, fsync, rename; returns the file's sha256.
 
@@ -86,7 +102,7 @@ def _write_atomically(payload: dict, final: Path) -> str:
     tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         buffer = io.BytesIO()
-        torch.save(payload, buffer)
+        torch.save(_on_host(payload), buffer)
         with open(tmp, "wb") as handle:
             handle.write(buffer.getbuffer())
             handle.flush()
@@ -162,7 +178,7 @@ def _read_verified(path: Path, entry: dict) -> dict:
     if not file.is_file() or sha256_of(file) != entry["sha256"]:
         raise CheckpointError(f"{file} is missing or corrupt (sha256 differs from {MANIFEST}): delete {path} "
                               f"to resume from the checkpoint before it")
-    return torch.load(file, weights_only=True)
+    return torch.load(file, weights_only=True, map_location="cpu")
 
 
 def newest_manifest(directory: str | os.PathLike) -> tuple[Path, dict] | None:
@@ -244,7 +260,7 @@ def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict
         if state.guard is not None and replicated.get("guard"):
             state.guard.load_state_dict(replicated["guard"])
         if own is not None:
-            state.exchanger.schedule.load_state_dict(own["schedule"])
+            state.exchanger.schedule.load_state_dict(_on_device(own["schedule"], state.device))
             state.exchanger.codec.load_state_dict(own["codec"])
     except (RuntimeError, KeyError, ValueError) as err:
         raise CheckpointError(f"{path} does not fit this model ({str(err).splitlines()[0]}): pass the same "

@@ -32,8 +32,8 @@ class Codec:
         if wire.data_ptr() != out.data_ptr():
             out.copy_(wire)
 
-    def empty_wire(self, rows: int, width: int) -> torch.Tensor:
-        return torch.empty(rows, width, dtype=torch.float32)
+    def empty_wire(self, rows: int, width: int, device: torch.device) -> torch.Tensor:
+        return torch.empty(rows, width, dtype=torch.float32, device=device)
 
     def state_dict(self) -> dict:
         """What a checkpoint keeps to resume this codec exactly (its random state, if it draws)."""
@@ -59,8 +59,8 @@ class CastCodec(Codec):
     def decode(self, wire: torch.Tensor, out: torch.Tensor) -> None:
         out.copy_(wire)
 
-    def empty_wire(self, rows: int, width: int) -> torch.Tensor:
-        return torch.empty(rows, width, dtype=self.dtype)
+    def empty_wire(self, rows: int, width: int, device: torch.device) -> torch.Tensor:
+        return torch.empty(rows, width, dtype=self.dtype, device=device)
 
 
 class ScaledHalfCodec(Codec):
@@ -72,10 +72,10 @@ class ScaledHalfCodec(Codec):
 
     def encode(self, rows: torch.Tensor) -> torch.Tensor:
         if rows.shape[0] == 0:  # a peer this epoch sends nothing to (adaptive, bns): byte views need a row
-            return self.empty_wire(0, rows.shape[1])
+            return self.empty_wire(0, rows.shape[1], rows.device)
         rows = rows.float()
         scale = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-30)
-        wire = torch.empty(rows.shape[0], 2 * rows.shape[1] + 4, dtype=torch.uint8)
+        wire = self.empty_wire(rows.shape[0], rows.shape[1], rows.device)
         wire[:, :4] = scale.view(torch.uint8).reshape(rows.shape[0], 4)
         wire[:, 4:] = (rows / scale).to(torch.float16).view(torch.uint8)
         return wire
@@ -86,8 +86,8 @@ class ScaledHalfCodec(Codec):
         scale = wire[:, :4].contiguous().view(torch.float32)
         out.copy_(wire[:, 4:].contiguous().view(torch.float16).float() * scale)
 
-    def empty_wire(self, rows: int, width: int) -> torch.Tensor:
-        return torch.empty(rows, 2 * width + 4, dtype=torch.uint8)
+    def empty_wire(self, rows: int, width: int, device: torch.device) -> torch.Tensor:
+        return torch.empty(rows, 2 * width + 4, dtype=torch.uint8, device=device)
 
 
 class Int8Codec(Codec):
@@ -109,13 +109,14 @@ class Int8Codec(Codec):
 
     def encode(self, rows: torch.Tensor) -> torch.Tensor:
         if rows.shape[0] == 0:  # a peer this epoch sends nothing to (adaptive, bns): byte views need a row
-            return self.empty_wire(0, rows.shape[1])
+            return self.empty_wire(0, rows.shape[1], rows.device)
         rows = rows.float()
         scale = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-30) / 127.0
         scaled = rows / scale
-        noise = torch.rand(scaled.shape, generator=self.generator)
+        # Drawn on the host from the codec's own generator, then moved: the same rounding on every device.
+        noise = torch.rand(scaled.shape, generator=self.generator).to(scaled.device)  # host: the CPU generator
         quantised = torch.floor(scaled + noise).clamp_(-127, 127).to(torch.int8)
-        wire = torch.empty(rows.shape[0], rows.shape[1] + 4, dtype=torch.uint8)
+        wire = self.empty_wire(rows.shape[0], rows.shape[1], rows.device)
         wire[:, :4] = scale.view(torch.uint8).reshape(rows.shape[0], 4)
         wire[:, 4:] = quantised.view(torch.uint8)
         return wire
@@ -126,8 +127,8 @@ class Int8Codec(Codec):
         scale = wire[:, :4].contiguous().view(torch.float32)
         out.copy_(wire[:, 4:].view(torch.int8).float() * scale)
 
-    def empty_wire(self, rows: int, width: int) -> torch.Tensor:
-        return torch.empty(rows, width + 4, dtype=torch.uint8)
+    def empty_wire(self, rows: int, width: int, device: torch.device) -> torch.Tensor:
+        return torch.empty(rows, width + 4, dtype=torch.uint8, device=device)
 
 
 def make_codec(name: str, seed: int = 0, rank: int = 0) -> Codec:

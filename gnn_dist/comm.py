@@ -33,12 +33,20 @@ def launcher_rank() -> int | None:
     return None
 
 
-def _as_bytes(tensor: torch.Tensor) -> np.ndarray:
+def _as_bytes(tensor: torch.Tensor):
+    """The tensor's bytes as a buffer MPI reads: a numpy view of host memory; a device tensor itself (mpi4py takes
+    it through __cuda_array_interface__; only a CUDA-aware MPI gets one, gnn_dist.device)."""
     if not tensor.is_contiguous():
         raise ValueError("communication buffers must be contiguous")
     if tensor.numel() == 0:  # an empty tensor may have stride 0, which no byte view accepts
         return np.empty(0, dtype=np.uint8)
-    return tensor.view(-1).view(torch.uint8).numpy()
+    raw = tensor.view(-1).view(torch.uint8)
+    return raw.numpy() if raw.device.type == "cpu" else raw
+
+
+def _as_values(tensor: torch.Tensor):
+    """The tensor's values (not bytes: reductions need their type) as a buffer MPI reads."""
+    return tensor.numpy() if tensor.device.type == "cpu" else tensor
 
 
 def _row_bytes(tensor: torch.Tensor) -> int:
@@ -111,6 +119,51 @@ class Comm:
     def abort(self, code: int = 1) -> None:
         raise NotImplementedError
 
+    def local_rank(self) -> int:
+        """This rank's index among the ranks on its host (which GPU it takes). Simulated ranks share one host."""
+        return self.rank
+
+
+class CommWrapper(Comm):
+    """A communicator that changes some exchanges of `inner` (a modelled link, device staging) and passes the
+    rest through unchanged."""
+
+    def __init__(self, inner: Comm):
+        self.inner = inner
+        self.rank = inner.rank
+        self.size = inner.size
+        self.aborts_job = inner.aborts_job
+
+    def alltoallv(self, send, send_counts, recv, recv_counts) -> int:
+        return self.inner.alltoallv(send, send_counts, recv, recv_counts)
+
+    def ialltoallv(self, send, send_counts, recv, recv_counts):
+        return self.inner.ialltoallv(send, send_counts, recv, recv_counts)
+
+    def isend(self, send, dest, tag):
+        return self.inner.isend(send, dest, tag)
+
+    def irecv(self, recv, source, tag):
+        return self.inner.irecv(recv, source, tag)
+
+    def allreduce_(self, tensor, op="sum") -> None:
+        self.inner.allreduce_(tensor, op)
+
+    def bcast_(self, tensor, root=0) -> None:
+        self.inner.bcast_(tensor, root)
+
+    def allgather_object(self, obj):
+        return self.inner.allgather_object(obj)
+
+    def barrier(self) -> None:
+        self.inner.barrier()
+
+    def abort(self, code: int = 1) -> None:
+        self.inner.abort(code)
+
+    def local_rank(self) -> int:
+        return self.inner.local_rank()
+
 
 class MPIComm(Comm):
     aborts_job = True
@@ -148,7 +201,7 @@ class MPIComm(Comm):
 
     def allreduce_(self, tensor, op="sum") -> None:
         mpi_op = {"sum": self._mpi.SUM, "max": self._mpi.MAX}[op]
-        self.comm.Allreduce(self._mpi.IN_PLACE, tensor.numpy(), op=mpi_op)
+        self.comm.Allreduce(self._mpi.IN_PLACE, _as_values(tensor), op=mpi_op)
 
     def bcast_(self, tensor, root=0) -> None:
         self.comm.Bcast(_as_bytes(tensor), root=root)
@@ -158,6 +211,14 @@ class MPIComm(Comm):
 
     def barrier(self) -> None:
         self.comm.Barrier()
+
+    def local_rank(self) -> int:
+        # The ranks that share memory with this one are the ranks of its host.
+        if not hasattr(self, "_local_rank"):
+            shared = self.comm.Split_type(self._mpi.COMM_TYPE_SHARED, key=self.rank)
+            self._local_rank = shared.Get_rank()
+            shared.Free()
+        return self._local_rank
 
     def native(self) -> Any:
         """The mpi4py communicator, for a library that takes one (PT-Scotch's distributed graph)."""

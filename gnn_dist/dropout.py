@@ -21,7 +21,7 @@ def _keep_chunks(node_ids: torch.Tensor, num_cols: int, key: int, p: float):
     words read as signed are at or above `threshold` with probability 1 - p.
     """
     row_hash = id_hash(node_ids, key)
-    col_hash = column_hash(num_cols)
+    col_hash = column_hash(num_cols, node_ids.device)
     threshold = int(p * (1 << 32)) - (1 << 31)
     step = max(1, _CHUNK_ELEMENTS // max(num_cols, 1))
     for start in range(0, node_ids.shape[0], step):
@@ -31,7 +31,7 @@ def _keep_chunks(node_ids: torch.Tensor, num_cols: int, key: int, p: float):
 
 def keep_mask(node_ids: torch.Tensor, num_cols: int, key: int, p: float) -> torch.Tensor:
     """bool [len(node_ids), num_cols]: True where the element is kept (probability 1 - p)."""
-    keep = torch.empty(node_ids.shape[0], num_cols, dtype=torch.bool)
+    keep = torch.empty(node_ids.shape[0], num_cols, dtype=torch.bool, device=node_ids.device)
     for rows, kept in _keep_chunks(node_ids, num_cols, key, p):
         keep[rows] = kept
     return keep
@@ -50,7 +50,8 @@ def keyed_dropout(x: torch.Tensor, node_ids: torch.Tensor, key: int, p: float, t
             return torch.relu_(x) if inplace else torch.relu(x)
         return x
     native = native_module()
-    if native is not None and x.dtype == torch.float32 and (x.is_contiguous() or not inplace):
+    # The native kernel serves host tensors only; on a GPU the torch formulation draws the same mask.
+    if native is not None and x.dtype == torch.float32 and x.device.type == "cpu" and (x.is_contiguous() or not inplace):
         return _NativeKeyedDropout.apply(x, node_ids, key, p, relu, native, inplace)
     if relu:
         x = torch.relu_(x) if inplace else torch.relu(x)
@@ -68,7 +69,7 @@ class _NativeKeyedDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, node_ids, key, p, relu, native, inplace=False):  # type: ignore[override]
         row_hash = id_hash(node_ids, key)
-        col_hash = column_hash(x.shape[1])
+        col_hash = column_hash(x.shape[1], x.device)
         threshold = int(p * (1 << 32)) - (1 << 31)
         out, mask = native.keyed_dropout(x.contiguous(), row_hash, col_hash, threshold, 1.0 / (1.0 - p), relu,
                                          inplace)
@@ -98,7 +99,7 @@ class _KeyedDropout(torch.autograd.Function):
         scale = 1.0 / (1.0 - p)
         x = x.contiguous()
         out = torch.empty_like(x)
-        keep = torch.empty(x.shape, dtype=torch.bool)
+        keep = torch.empty(x.shape, dtype=torch.bool, device=x.device)
         for rows, kept in _keep_chunks(node_ids, x.shape[1], key, p):
             keep[rows] = kept
             torch.mul(x[rows], kept.view(torch.uint8), out=out[rows]).mul_(scale)

@@ -95,8 +95,8 @@ def embed(ctx: RankContext, config: EmbedConfig) -> dict:
     rows = model.forward_layerwise(x_full, config.eval_chunk_nodes, upto=layer)
     width = rows.shape[1]
     del x_full
-    write_rows_by_id(ctx, config.out, meta.num_nodes, width, graph.node_ids.numpy(),
-                     rows.numpy().astype(EMBED_DTYPES[config.dtype], copy=False), config.dtype)
+    write_rows_by_id(ctx, config.out, meta.num_nodes, width, graph.node_ids.cpu().numpy(),
+                     rows.cpu().numpy().astype(EMBED_DTYPES[config.dtype], copy=False), config.dtype)
     peaks = [int(v) for v in ctx.comm.allgather_object(peak_rss_bytes())]
     return {"out": config.out, "rows": meta.num_nodes, "width": width, "layer": layer,
             "peak_rss_bytes_per_rank": peaks}

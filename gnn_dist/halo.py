@@ -27,6 +27,7 @@ import torch
 
 from gnn_dist.codec import Codec
 from gnn_dist.comm import Comm, Pending
+from gnn_dist.device import HOST
 from gnn_dist.partition.format import PartData
 
 
@@ -45,7 +46,8 @@ class HaloPlan:
     halo_owner: torch.Tensor  # int64 [n_halo]
 
     @classmethod
-    def from_part(cls, part: PartData) -> HaloPlan:
+    def from_part(cls, part: PartData, device: torch.device = HOST) -> HaloPlan:
+        """The plan of a part, its index tensors on `device` (the rank's compute device)."""
         num_parts = part.meta.num_parts
         send_counts = np.diff(part.send_ptr).astype(np.int64)
         return cls(
@@ -53,14 +55,19 @@ class HaloPlan:
             num_parts=num_parts,
             n_owned=part.n_owned,
             n_halo=part.n_halo,
-            send_idx=torch.from_numpy(part.send_idx),
+            send_idx=torch.from_numpy(part.send_idx).to(device),
             send_counts=send_counts,
             recv_counts=np.bincount(part.halo_owner, minlength=num_parts).astype(np.int64),
-            send_peer=torch.from_numpy(np.repeat(np.arange(num_parts, dtype=np.int64), send_counts)),
-            send_node_ids=torch.from_numpy(part.node_ids[part.send_idx]),
-            halo_ids=torch.from_numpy(part.halo_ids),
-            halo_owner=torch.from_numpy(part.halo_owner.astype(np.int64)),
+            send_peer=torch.from_numpy(np.repeat(np.arange(num_parts, dtype=np.int64), send_counts)).to(device),
+            send_node_ids=torch.from_numpy(part.node_ids[part.send_idx]).to(device),
+            halo_ids=torch.from_numpy(part.halo_ids).to(device),
+            halo_owner=torch.from_numpy(part.halo_owner.astype(np.int64)).to(device),
         )
+
+    @property
+    def device(self) -> torch.device:
+        """Where the rank computes: its rows, buffers and index tensors live there."""
+        return self.send_idx.device
 
     @property
     def rows_sent(self) -> int:
@@ -142,7 +149,7 @@ class HaloExchanger:
         full_key = key + (rows, width, dtype)
         buf = self._buffers.get(full_key)
         if buf is None:
-            buf = torch.empty(rows, width, dtype=dtype)
+            buf = torch.empty(rows, width, dtype=dtype, device=self.plan.device)
             self._buffers[full_key] = buf
         return buf
 
@@ -174,7 +181,8 @@ class HaloExchanger:
 
     def receive_block(self, out: torch.Tensor, source: int, tag: int) -> Pending:
         """Point-to-point: start receiving out.shape[0] rows from `source` into `out` (decoded on wait())."""
-        wire = out if self.codec.identity and out.is_contiguous() else self.codec.empty_wire(out.shape[0], out.shape[1])
+        wire = out if self.codec.identity and out.is_contiguous() \
+            else self.codec.empty_wire(out.shape[0], out.shape[1], out.device)
         start = time.perf_counter()
         inner = self.comm.irecv(wire, source, tag)
         self.counters.comm_s += time.perf_counter() - start
@@ -199,7 +207,7 @@ class HaloExchanger:
     def _send_rows(self, send, send_counts, recv, recv_counts, blocking) -> Pending | None:
         wire_send = self.codec.encode(send)
         wire_recv = recv if self.codec.identity and recv.is_contiguous() \
-            else self.codec.empty_wire(recv.shape[0], recv.shape[1])
+            else self.codec.empty_wire(recv.shape[0], recv.shape[1], recv.device)
         start = time.perf_counter()
         if blocking:
             sent = self.comm.alltoallv(wire_send, send_counts, wire_recv, recv_counts)
@@ -215,7 +223,7 @@ class HaloExchanger:
 
     def send_flags(self, flags: np.ndarray) -> np.ndarray:
         """One int32 per peer (metadata of adaptive schedules); returns the flags peers sent us."""
-        send = torch.from_numpy(np.ascontiguousarray(flags, dtype=np.int32)).reshape(-1, 1)
+        send = torch.from_numpy(np.ascontiguousarray(flags, dtype=np.int32)).reshape(-1, 1)  # host: read back by numpy
         recv = torch.empty_like(send)
         ones = np.ones(self.plan.num_parts, dtype=np.int64)
         start = time.perf_counter()
@@ -225,7 +233,8 @@ class HaloExchanger:
 
     def new_full(self, x_owned: torch.Tensor) -> torch.Tensor:
         """[owned | halo] rows with the owned part filled in. Shapes: [n_owned, F] -> [n_owned + n_halo, F]."""
-        full = torch.empty(self.plan.n_owned + self.plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype)
+        full = torch.empty(self.plan.n_owned + self.plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype,
+                           device=x_owned.device)
         full[:self.plan.n_owned] = x_owned
         return full
 
@@ -266,7 +275,7 @@ class HaloExchanger:
         Shapes: [n_owned, F] -> [n_halo, F]
         """
         plan = self.plan
-        halo = torch.empty(plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype)
+        halo = torch.empty(plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype, device=x_owned.device)
         if plan.num_parts == 1:
             return halo
         self.activity = f"epoch {self.epoch}: {slot} evaluation halo exchange"
@@ -280,7 +289,7 @@ class HaloExchanger:
         """
         plan = self.plan
         send = x_owned.index_select(0, plan.send_idx)
-        halo = torch.empty(plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype)
+        halo = torch.empty(plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype, device=x_owned.device)
         start = time.perf_counter()
         self.counters.halo_bytes += self.comm.alltoallv(send, plan.send_counts, halo, plan.recv_counts)
         self.counters.comm_s += time.perf_counter() - start

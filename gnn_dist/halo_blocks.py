@@ -125,7 +125,7 @@ def build_blocked_operator(rows: torch.Tensor, cols: torch.Tensor, values: torch
         s_lo, s_hi = min(s * width, sent), min((s + 1) * width, sent)
         c_lo = int(recv_start[src]) + min(s * width, received)
         c_hi = int(recv_start[src]) + min((s + 1) * width, received)
-        lo, hi = (int(v) for v in torch.searchsorted(halo_cols, torch.tensor([c_lo, c_hi])))
+        lo, hi = (int(v) for v in torch.searchsorted(halo_cols, torch.tensor([c_lo, c_hi], device=halo_cols.device)))
         block_rows_of = halo_rows[lo:hi]
         row_ids, compact_rows = torch.unique(block_rows_of, sorted=True, return_inverse=True)
         operator = SparseOperator.from_coo(compact_rows, halo_cols[lo:hi] - c_lo, halo_values[lo:hi],

@@ -79,9 +79,9 @@ def id_hash(ids: torch.Tensor, key: int) -> torch.Tensor:
     return mix32(wrap_int32(ids.to(torch.int64) * GOLDEN32) ^ to_int32(key))
 
 
-def column_hash(num_cols: int) -> torch.Tensor:
-    """One 32-bit word per column (int32): the column half of a keyed mask."""
-    return mix32(wrap_int32(torch.arange(num_cols, dtype=torch.int64) * 0x85EBCA77 + 1))
+def column_hash(num_cols: int, device: torch.device) -> torch.Tensor:
+    """One 32-bit word per column (int32, on `device`): the column half of a keyed mask."""
+    return mix32(wrap_int32(torch.arange(num_cols, dtype=torch.int64, device=device) * 0x85EBCA77 + 1))
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:

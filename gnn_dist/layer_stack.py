@@ -119,13 +119,15 @@ class LayerStack(nn.Module):
             return self.forward(x_full)
         self.exchanger.begin_pass(self.epoch, False)
         n = self.graph.n_owned
-        h = x_full[:n].float()
+        device = self.graph.device
+        h = x_full[:n].to(device).float()  # sampled mode keeps the features on the host
         last = len(self.convs) - 1
         for k, conv in enumerate(self.convs[:None if upto is None else upto + 1]):
             owned = conv.transform(h)
             # Layer 0's halo inputs are the cached features: nothing to exchange.
-            halo = conv.transform(x_full[n:].float()) if k == 0 else self.exchanger.halo_rows(owned, conv.slot)
-            out = torch.empty(n, conv.out_dim)
+            halo = conv.transform(x_full[n:].to(device).float()) if k == 0 \
+                else self.exchanger.halo_rows(owned, conv.slot)
+            out = torch.empty(n, conv.out_dim, device=h.device)
             for start in range(0, n, chunk_nodes):
                 stop = min(n, start + chunk_nodes)
                 from_owned, from_halo = self.graph.rows.rows(start, stop).split_columns(n)

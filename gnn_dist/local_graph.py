@@ -6,14 +6,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gnn_dist.device import HOST
 from gnn_dist.halo_blocks import BlockedOperator, build_blocked_operator
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.models import model_class
 from gnn_dist.partition.format import PartData
 
 
-def normalised_rows(part: PartData, model: str, start: int, stop: int) -> tuple[torch.Tensor, ...]:
-    """COO entries of the normalised operator's rows [start, stop): (rows - start, columns, float32 values).
+def normalised_rows(part: PartData, model: str, start: int, stop: int,
+                    device: torch.device = HOST) -> tuple[torch.Tensor, ...]:
+    """COO entries of the normalised operator's rows [start, stop): (rows - start, columns, float32 values),
+    on `device`.
 
     Columns index [owned | halo]. Normalisation uses the global degrees of the
     part file, so these rows equal the whole-graph operator's rows. The whole
@@ -24,7 +27,8 @@ def normalised_rows(part: PartData, model: str, start: int, stop: int) -> tuple[
     rows = np.repeat(np.arange(stop - start, dtype=np.int64), np.diff(part.indptr[start:stop + 1]))
     cols = np.asarray(part.indices[lo:hi], dtype=np.int64)
     rows, cols, values = model_class(model).normalise(rows, cols, part.deg, start, stop - start)
-    return torch.from_numpy(rows), torch.from_numpy(cols), torch.from_numpy(values.astype(np.float32))
+    return (torch.from_numpy(rows).to(device), torch.from_numpy(cols).to(device),
+            torch.from_numpy(values.astype(np.float32)).to(device))
 
 
 class OperatorRows:
@@ -44,13 +48,14 @@ class PartRows:
     evaluation holds at most one chunk's entries at a time.
     """
 
-    def __init__(self, part: PartData, model: str):
+    def __init__(self, part: PartData, model: str, device: torch.device = HOST):
         self.part = part
         self.model = model
         self.n_cols = part.n_owned + part.n_halo
+        self.device = device
 
     def rows(self, start: int, stop: int) -> SparseOperator:
-        rows, cols, values = normalised_rows(self.part, self.model, start, stop)
+        rows, cols, values = normalised_rows(self.part, self.model, start, stop, self.device)
         return SparseOperator.from_coo(rows, cols, values, (stop - start, self.n_cols), with_transpose=False)
 
 
@@ -80,26 +85,37 @@ class LocalGraph:
 
     @classmethod
     def from_part(cls, part: PartData, model: str, whole_operator: bool = True,
-                  blocked_by: tuple[np.ndarray, int] | None = None) -> LocalGraph:
+                  blocked_by: tuple[np.ndarray, int] | None = None,
+                  device: torch.device = HOST) -> LocalGraph:
         """whole_operator: build the part's operator (full-batch, resident halos). blocked_by: (the P x P
         send-count matrix, halo block rows) builds the column-blocked operator of sequential halos instead,
-        and no row access to the part is kept (evaluation runs the sequential forward)."""
+        and no row access to the part is kept (evaluation runs the sequential forward). Every tensor is
+        placed on `device` (on the host, the part file's arrays are used without a copy)."""
         n_owned, n_halo = part.n_owned, part.n_halo
-        operator, rows, blocked = None, PartRows(part, model), None
+        operator, rows, blocked = None, PartRows(part, model, device), None
         if blocked_by is not None:
             send_counts, block_rows = blocked_by
             recv_counts = np.bincount(part.halo_owner, minlength=part.meta.num_parts)
-            blocked = build_blocked_operator(*normalised_rows(part, model, 0, n_owned), n_owned, part.part_id,
+            blocked = build_blocked_operator(*normalised_rows(part, model, 0, n_owned, device), n_owned, part.part_id,
                                              send_counts, recv_counts, block_rows)
             rows = None
         elif whole_operator:
-            operator = SparseOperator.from_coo(*normalised_rows(part, model, 0, n_owned), (n_owned, n_owned + n_halo))
+            operator = SparseOperator.from_coo(*normalised_rows(part, model, 0, n_owned, device),
+                                               (n_owned, n_owned + n_halo))
             rows = OperatorRows(operator)
+        def placed(array: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(array).to(device)
+
         return cls(
             n_owned=n_owned, n_halo=n_halo,
-            node_ids=torch.from_numpy(part.node_ids), halo_ids=torch.from_numpy(part.halo_ids),
-            column_ids=torch.from_numpy(np.concatenate([part.node_ids, part.halo_ids])),
-            x=torch.from_numpy(part.x), y=torch.from_numpy(part.y),
-            train_mask=torch.from_numpy(part.train_mask), val_mask=torch.from_numpy(part.val_mask),
-            test_mask=torch.from_numpy(part.test_mask), operator=operator, rows=rows, blocked=blocked,
+            node_ids=placed(part.node_ids), halo_ids=placed(part.halo_ids),
+            column_ids=placed(np.concatenate([part.node_ids, part.halo_ids])),
+            x=placed(part.x), y=placed(part.y),
+            train_mask=placed(part.train_mask), val_mask=placed(part.val_mask),
+            test_mask=placed(part.test_mask), operator=operator, rows=rows, blocked=blocked,
         )
+
+    @property
+    def device(self) -> torch.device:
+        """Where the rank computes. Sampled mode keeps x (served to peers) on the host whatever the device."""
+        return self.node_ids.device

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gnn_dist.comm import Comm
+from gnn_dist.comm import Comm, CommWrapper
 
 
 @dataclass(frozen=True)
@@ -62,15 +62,12 @@ class _ModelledPending:
             time.sleep(remaining)
 
 
-class ModelledLinkComm(Comm):
+class ModelledLinkComm(CommWrapper):
     """`inner` with every data exchange held to the link model's time (the rest is passed through)."""
 
     def __init__(self, inner: Comm, link: LinkModel):
-        self.inner = inner
+        super().__init__(inner)
         self.link = link
-        self.rank = inner.rank
-        self.size = inner.size
-        self.aborts_job = inner.aborts_job
         self.modelled_wait_s = 0.0  # time spent sleeping for the model (what the real link did not take)
 
     def _hold(self, start: float, nbytes: int) -> None:
@@ -106,15 +103,3 @@ class ModelledLinkComm(Comm):
         self.inner.allreduce_(tensor, op)
         if self.size > 1:
             self._hold(start, int(2 * (self.size - 1) / self.size * tensor.numel() * tensor.element_size()))
-
-    def bcast_(self, tensor: torch.Tensor, root: int = 0) -> None:
-        self.inner.bcast_(tensor, root)
-
-    def allgather_object(self, obj):
-        return self.inner.allgather_object(obj)
-
-    def barrier(self) -> None:
-        self.inner.barrier()
-
-    def abort(self, code: int = 1) -> None:
-        self.inner.abort(code)

@@ -32,7 +32,7 @@ from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.keyed_random import id_hash, mix32, to_int32, wrap_int32
 
 NEGATIVE_SLOPE = 0.2  # PyG's GATConv default
-_NO_HASH = torch.zeros(0, dtype=torch.int32)
+_NO_HASH = torch.zeros(0, dtype=torch.int32)  # host: read only by the native (CPU) kernel, which ignores it
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class EdgeDropout:
         """Masks of the rows with original ids dst_ids and the columns with original ids src_ids."""
         return cls(dst_hash=id_hash(dst_ids, key),
                    src_hash=mix32(wrap_int32(src_ids.to(torch.int64) * 0x85EBCA77 + 1) ^ to_int32(key * 3 + 1)),
-                   head_hash=mix32(wrap_int32(torch.arange(heads, dtype=torch.int64) * 0x27D4EB2F + 0x165667B1)),
+                   head_hash=mix32(wrap_int32(torch.arange(heads, dtype=torch.int64, device=dst_ids.device) * 0x27D4EB2F
+                                               + 0x165667B1)),
                    threshold=int(p * (1 << 32)) - (1 << 31), scale=1.0 / (1.0 - p))
 
     def restricted(self, rows=slice(None), cols=slice(None)) -> EdgeDropout:
@@ -90,9 +91,10 @@ def _transpose(op: SparseOperator) -> _Transpose:
     if cached is None:
         crow, col = op.matrix.crow_indices(), op.matrix.col_indices()
         n_rows, n_cols = op.shape
-        row = torch.repeat_interleave(torch.arange(n_rows, dtype=col.dtype), (crow[1:] - crow[:-1]).to(torch.int64))
+        row = torch.repeat_interleave(torch.arange(n_rows, dtype=col.dtype, device=col.device),
+                                      (crow[1:] - crow[:-1]).to(torch.int64))
         perm = torch.argsort(col, stable=True)  # within a column, rows ascend: CSR order of the transpose
-        t_crow = torch.zeros(n_cols + 1, dtype=torch.int64)
+        t_crow = torch.zeros(n_cols + 1, dtype=torch.int64, device=col.device)
         t_crow[1:] = torch.cumsum(torch.bincount(col.to(torch.int64), minlength=n_cols), 0)
         cached = _Transpose(t_crow.to(col.dtype), row[perm].contiguous(), perm.to(col.dtype))
         _TRANSPOSES[key] = (weakref.ref(op.matrix, lambda _, key=key: _TRANSPOSES.pop(key, None)), cached)
@@ -168,19 +170,20 @@ def _torch_attention(op: SparseOperator, source: torch.Tensor, dst_score: torch.
     """The fallback: the same computation with torch ops (autograd differentiates it); forms [E x H x C]."""
     crow, col = op.matrix.crow_indices().to(torch.int64), op.matrix.col_indices().to(torch.int64)
     n_rows = op.shape[0]
-    row = torch.repeat_interleave(torch.arange(n_rows), crow[1:] - crow[:-1])
+    row = torch.repeat_interleave(torch.arange(n_rows, device=crow.device), crow[1:] - crow[:-1])
     hc = source.shape[1] - heads
     x, a_src = source[:, :hc].view(-1, heads, hc // heads), source[:, hc:]
     e = torch.nn.functional.leaky_relu(a_src[col] + dst_score[row], slope)  # [E, H]
     index = row[:, None].expand(-1, heads)
-    peak = torch.full((n_rows, heads), float("-inf"), dtype=e.dtype).scatter_reduce(0, index, e, "amax")
+    peak = torch.full((n_rows, heads), float("-inf"), dtype=e.dtype, device=e.device).scatter_reduce(0, index, e, "amax")
     w = torch.exp(e - peak.detach()[row])
-    total = torch.zeros(n_rows, heads, dtype=e.dtype).index_add(0, row, w)
+    total = torch.zeros(n_rows, heads, dtype=e.dtype, device=e.device).index_add(0, row, w)
     alpha = w / total[row]
     lse = torch.where(total > 0, peak.detach() + torch.log(total), torch.full_like(total, float("-inf")))
     if dropout is not None:
         alpha = alpha * dropout.factors(row, col, alpha.dtype)
-    out = torch.zeros(n_rows, heads, hc // heads, dtype=source.dtype).index_add(0, row, alpha[:, :, None] * x[col])
+    out = torch.zeros(n_rows, heads, hc // heads, dtype=source.dtype, device=source.device).index_add(
+        0, row, alpha[:, :, None] * x[col])
     out = out.view(n_rows, hc)
     return (out if bias is None else out + bias), lse
 
@@ -191,7 +194,7 @@ def partial_forward(op: SparseOperator, source: torch.Tensor, dst_score: torch.T
     merged with the others (`merge`). Shapes as `attention`."""
     with torch.no_grad():
         native = native_module()
-        if native is not None and source.dtype in (torch.float32, torch.float64):
+        if native is not None and source.dtype in (torch.float32, torch.float64) and source.device.type == "cpu":
             drop_args = dropout.kernel_args() if dropout is not None else _NO_DROPOUT_ARGS
             return tuple(native.attention_forward(op.matrix.crow_indices(), op.matrix.col_indices(),
                                                   source.contiguous(), dst_score.contiguous(), None, heads, slope,
@@ -212,7 +215,7 @@ def partial_backward(op: SparseOperator, source: torch.Tensor, dst_score: torch.
         grad_out [n_rows, W - heads] -> grad_source [n_cols, W], grad_dst_score [n_rows, heads]
     """
     native = native_module()
-    if native is not None and source.dtype in (torch.float32, torch.float64):
+    if native is not None and source.dtype in (torch.float32, torch.float64) and source.device.type == "cpu":
         t = _transpose(op)
         drop_args = dropout.kernel_args() if dropout is not None else _NO_DROPOUT_ARGS
         return tuple(native.attention_backward(
@@ -226,7 +229,7 @@ def _torch_partial_backward(op, source, dst_score, lse, grad_out, row_delta, hea
     """partial_backward with torch ops (the fallback): the same formulas, over [E x H x C]."""
     crow, col = op.matrix.crow_indices().to(torch.int64), op.matrix.col_indices().to(torch.int64)
     n_rows = op.shape[0]
-    row = torch.repeat_interleave(torch.arange(n_rows), crow[1:] - crow[:-1])
+    row = torch.repeat_interleave(torch.arange(n_rows, device=crow.device), crow[1:] - crow[:-1])
     hc = source.shape[1] - heads
     x, a_src = source[:, :hc].view(-1, heads, hc // heads), source[:, hc:]
     z = a_src[col] + dst_score[row]

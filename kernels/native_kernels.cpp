@@ -14,6 +14,14 @@
 #include <vector>
 #include <ATen/Parallel.h>
 
+// These kernels read raw host pointers: every entry point checks at its door that the tensors it reads are on
+// the CPU, so a device tensor gets a Python error naming the kernel, not a crash inside C++.
+static void on_host(std::initializer_list<torch::Tensor> tensors, const char* kernel) {
+  for (const auto& t : tensors)
+    TORCH_CHECK(!t.defined() || t.device().is_cpu(), kernel, ": the native kernels serve CPU tensors only, got a ",
+                t.device().str(), " tensor (a device run takes the torch formulation)");
+}
+
 template <typename scalar_t, typename index_t>
 static void spmm_rows(const index_t* crow, const index_t* col, const scalar_t* val, const scalar_t* x,
                       const scalar_t* bias, scalar_t* y, int64_t begin, int64_t end, int64_t width) {
@@ -64,6 +72,8 @@ static void spmm_dispatch(const torch::Tensor& crow, const torch::Tensor& col, c
 // streamed per non-zero; int64 is accepted for larger matrices.
 torch::Tensor csr_spmm(torch::Tensor crow, torch::Tensor col, torch::Tensor val, torch::Tensor x,
                        c10::optional<torch::Tensor> bias) {
+  on_host({crow, col, val, x}, "csr_spmm");
+  if (bias) on_host({*bias}, "csr_spmm");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be a contiguous matrix");
   TORCH_CHECK(crow.scalar_type() == col.scalar_type() &&
               (crow.scalar_type() == torch::kInt64 || crow.scalar_type() == torch::kInt32),
@@ -111,6 +121,7 @@ static inline void pack_bits(const uint8_t* keep, int64_t width, uint8_t* out) {
 
 std::vector<torch::Tensor> keyed_dropout(torch::Tensor x, torch::Tensor row_hash, torch::Tensor col_hash,
                                          int64_t threshold, double scale, bool relu, bool inplace) {
+  on_host({x, row_hash, col_hash}, "keyed_dropout");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32, "x: contiguous float32 matrix");
   TORCH_CHECK(row_hash.scalar_type() == torch::kInt32 && col_hash.scalar_type() == torch::kInt32, "hashes: int32");
   const int64_t rows = x.size(0), width = x.size(1);
@@ -149,6 +160,7 @@ std::vector<torch::Tensor> keyed_dropout(torch::Tensor x, torch::Tensor row_hash
 
 // Backward of the keyed dropout: grad * mask * scale in one pass, reading the packed bit mask.
 torch::Tensor masked_scale(torch::Tensor grad, torch::Tensor mask, double scale) {
+  on_host({grad, mask}, "masked_scale");
   TORCH_CHECK(grad.scalar_type() == torch::kFloat32 && mask.scalar_type() == torch::kUInt8, "float32 grad, uint8 mask");
   TORCH_CHECK(grad.dim() == 2 && mask.dim() == 2 && grad.size(0) == mask.size(0) &&
               mask.size(1) == (grad.size(1) + 7) / 8, "mask: one bit per element of grad, rows padded to bytes");
@@ -189,6 +201,7 @@ static inline uint64_t splitmix64(uint64_t x) {
 std::vector<torch::Tensor> sample_rows(torch::Tensor indptr, torch::Tensor indices, torch::Tensor rows,
                                        torch::Tensor row_orig, torch::Tensor col_orig, int64_t key,
                                        int64_t fanout) {
+  on_host({indptr, indices, rows, row_orig, col_orig}, "sample_rows");
   for (const auto& t : {indptr, indices, rows, row_orig, col_orig})
     TORCH_CHECK(t.scalar_type() == torch::kInt64 && t.is_contiguous(), "sample_rows: contiguous int64 inputs");
   const int64_t m = rows.size(0);
@@ -250,6 +263,7 @@ struct IdTable {
 };
 
 std::vector<torch::Tensor> relabel_hop(torch::Tensor nodes, torch::Tensor sources) {
+  on_host({nodes, sources}, "relabel_hop");
   TORCH_CHECK(nodes.scalar_type() == torch::kInt64 && sources.scalar_type() == torch::kInt64 &&
               nodes.is_contiguous() && sources.is_contiguous(), "relabel_hop: contiguous int64 inputs");
   const int64_t n = nodes.size(0), s = sources.size(0);
@@ -380,6 +394,8 @@ std::vector<torch::Tensor> attention_forward(torch::Tensor crow, torch::Tensor c
                                              int64_t heads, double slope, torch::Tensor dst_hash,
                                              torch::Tensor src_hash, torch::Tensor head_hash, int64_t threshold,
                                              double scale, bool dropout) {
+  on_host({crow, col, source, dst_score, dst_hash, src_hash, head_hash}, "attention_forward");
+  if (bias) on_host({*bias}, "attention_forward");
   TORCH_CHECK(source.dim() == 2 && source.is_contiguous() && dst_score.is_contiguous(), "contiguous source, scores");
   TORCH_CHECK(heads >= 1 && (source.size(1) - heads) % heads == 0, "source rows: heads * width features, then heads scores");
   TORCH_CHECK(crow.scalar_type() == col.scalar_type(), "crow and col: one index dtype");
@@ -497,6 +513,10 @@ std::vector<torch::Tensor> attention_backward(torch::Tensor crow, torch::Tensor 
                                               c10::optional<torch::Tensor> row_delta, int64_t heads, double slope,
                                               torch::Tensor dst_hash, torch::Tensor src_hash, torch::Tensor head_hash,
                                               int64_t threshold, double scale, bool dropout) {
+  on_host({crow, col, t_crow, t_row, t_perm, source, dst_score, lse, grad_out, dst_hash, src_hash, head_hash},
+          "attention_backward");
+  if (grad_lse) on_host({*grad_lse}, "attention_backward");
+  if (row_delta) on_host({*row_delta}, "attention_backward");
   TORCH_CHECK(grad_out.is_contiguous() && source.is_contiguous() && lse.is_contiguous(), "contiguous inputs");
   for (const auto& t : {col, t_crow, t_row, t_perm})
     TORCH_CHECK(t.scalar_type() == crow.scalar_type(), "one index dtype for the CSR and its transpose");

@@ -48,12 +48,14 @@ class SparseOperator:
     def from_csr(cls, indptr: np.ndarray | torch.Tensor, indices: np.ndarray | torch.Tensor,
                  values: np.ndarray | torch.Tensor, shape: tuple[int, int],
                  dtype: torch.dtype = torch.float32) -> SparseOperator:
-        """Build from CSR arrays; column indices inside a row need not be sorted."""
-        indptr = torch.as_tensor(indptr, dtype=torch.int64)
-        indices = torch.as_tensor(indices, dtype=torch.int64)
-        values = torch.as_tensor(values, dtype=dtype)
+        """Build from CSR arrays; column indices inside a row need not be sorted. Numpy arrays land on the host,
+        tensors stay where they are."""
+        device = indptr.device if isinstance(indptr, torch.Tensor) else torch.device("cpu")
+        indptr = torch.as_tensor(indptr, dtype=torch.int64, device=device)
+        indices = torch.as_tensor(indices, dtype=torch.int64, device=device)
+        values = torch.as_tensor(values, dtype=dtype, device=device)
         n_rows, n_cols = shape
-        rows = torch.repeat_interleave(torch.arange(n_rows, dtype=torch.int64), indptr[1:] - indptr[:-1])
+        rows = torch.repeat_interleave(torch.arange(n_rows, dtype=torch.int64, device=device), indptr[1:] - indptr[:-1])
         return cls.from_coo(rows, indices, values, shape)
 
     @classmethod
@@ -79,16 +81,18 @@ class SparseOperator:
         """
         n_rows, n_cols = self.shape
         if at <= 0 or at >= n_cols:  # one side is empty (a part without halo rows): nothing to mask
-            no_entries = torch.zeros(0, dtype=torch.int64)
-            empty = SparseOperator(matrix=_csr(no_entries, no_entries, torch.zeros(0, dtype=self.matrix.dtype),
-                                               (n_rows, 0)), transpose=None)
+            device = self.matrix.device
+            no_entries = torch.zeros(0, dtype=torch.int64, device=device)
+            empty = SparseOperator(matrix=_csr(no_entries, no_entries,
+                                               torch.zeros(0, dtype=self.matrix.dtype, device=device), (n_rows, 0)),
+                                   transpose=None)
             whole = SparseOperator(matrix=self.matrix, transpose=None)
             return (whole, empty) if at >= n_cols else (empty, whole)
         crow, col, values = self.matrix.crow_indices(), self.matrix.col_indices(), self.matrix.values()
-        row_of = torch.repeat_interleave(torch.arange(n_rows), (crow[1:] - crow[:-1]).to(torch.int64))
+        row_of = torch.repeat_interleave(torch.arange(n_rows, device=crow.device), (crow[1:] - crow[:-1]).to(torch.int64))
         halves = []
         for mask, shift, width in ((col < at, 0, at), (col >= at, at, n_cols - at)):
-            new_crow = torch.zeros(n_rows + 1, dtype=torch.int64)
+            new_crow = torch.zeros(n_rows + 1, dtype=torch.int64, device=crow.device)
             new_crow[1:] = torch.cumsum(torch.bincount(row_of[mask], minlength=n_rows), 0)
             matrix = _csr_tensor(new_crow.to(crow.dtype), col[mask] - shift, values[mask], (n_rows, width))
             halves.append(SparseOperator(matrix=matrix, transpose=None))
@@ -101,7 +105,7 @@ class SparseOperator:
 def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     order = torch.argsort(rows * max(shape[1], 1) + cols, stable=True)
     rows, cols, values = rows[order], cols[order], values[order]
-    crow = torch.zeros(shape[0] + 1, dtype=torch.int64)
+    crow = torch.zeros(shape[0] + 1, dtype=torch.int64, device=rows.device)
     crow[1:] = torch.cumsum(torch.bincount(rows, minlength=shape[0]), 0)
     if max(len(cols), shape[1]) < 2**31:
         # int32 indices: half the index bytes the kernels stream per non-zero

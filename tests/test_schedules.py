@@ -440,7 +440,7 @@ def test_codecs_move_zero_rows(name, width):
     codec = make_codec(name)
     empty = torch.zeros(0, width)
     wire = codec.encode(empty)
-    assert wire.shape[0] == 0 and wire.shape == codec.empty_wire(0, width).shape
+    assert wire.shape[0] == 0 and wire.shape == codec.empty_wire(0, width, torch.device("cpu")).shape
     out = torch.empty(0, width)
     codec.decode(wire, out)
     rows = torch.linspace(-1, 1, 3 * width).reshape(3, width)

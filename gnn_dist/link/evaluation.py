@@ -26,7 +26,7 @@ EPOCH_KEYS = tuple(f"{phase}_{name}" for phase in PHASES for name in ("auc", *(f
 
 def score_pairs(decoder, z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
     """Decoder scores of row-aligned pairs, in chunks."""
-    out = torch.empty(z_src.shape[0])
+    out = torch.empty(z_src.shape[0], device=z_src.device)
     for start in range(0, z_src.shape[0], SCORE_CHUNK_PAIRS):
         stop = start + SCORE_CHUNK_PAIRS
         out[start:stop] = decoder(z_src[start:stop], z_dst[start:stop])
@@ -46,20 +46,23 @@ def evaluate_link(state) -> dict:
         pos, neg, mrr = (getattr(pairs, f"{phase}_{kind}") for kind in ("pos", "neg", "mrr"))
         request = task.fetcher.plan(np.concatenate([pos[:, 1], neg[:, 1], mrr.reshape(-1)]))
         table = task.fetcher.table(z, request)
-        rows = torch.from_numpy(request.positions)
+        device = z.device
+        rows = torch.from_numpy(request.positions).to(device)
         n_pos, n_neg = len(pos), len(neg)
-        pos_scores = score_pairs(model.decoder, z[torch.from_numpy(pos[:, 0] - pairs.first)], table[rows[:n_pos]])
-        neg_scores = score_pairs(model.decoder, z[torch.from_numpy(neg[:, 0] - pairs.first)],
+        pos_scores = score_pairs(model.decoder, z[torch.from_numpy(pos[:, 0] - pairs.first).to(device)],
+                                 table[rows[:n_pos]])
+        neg_scores = score_pairs(model.decoder, z[torch.from_numpy(neg[:, 0] - pairs.first).to(device)],
                                  table[rows[n_pos:n_pos + n_neg]])
         r = mrr.shape[1]
-        mrr_scores = torch.empty(n_pos, r)
+        mrr_scores = torch.empty(n_pos, r, device=device)
         per_chunk = max(1, SCORE_CHUNK_PAIRS // max(r, 1))
         for start in range(0, n_pos, per_chunk):
             stop = min(n_pos, start + per_chunk)
-            sources = z[torch.from_numpy(pos[start:stop, 0] - pairs.first)].unsqueeze(1)  # broadcast over r
+            sources = z[torch.from_numpy(pos[start:stop, 0] - pairs.first).to(device)].unsqueeze(1)  # over r
             candidates = table[rows[n_pos + n_neg + start * r:n_pos + n_neg + stop * r]].view(stop - start, r, -1)
             mrr_scores[start:stop] = model.decoder(sources, candidates)
-        figures.update(_combine(state, phase, pos_scores.numpy(), neg_scores.numpy(), mrr_scores.numpy()))
+        figures.update(_combine(state, phase, pos_scores.cpu().numpy(), neg_scores.cpu().numpy(),
+                                mrr_scores.cpu().numpy()))
     return figures
 
 

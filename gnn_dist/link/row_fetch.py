@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from gnn_dist.comm import Comm, exchange_rows
+from gnn_dist.device import HOST
 from gnn_dist.halo import TrafficCounters
 
 
@@ -36,8 +37,10 @@ class RowRequest:
 
 
 class RowFetcher:
-    def __init__(self, comm: Comm, partptr, rank: int, counters: TrafficCounters):
+    def __init__(self, comm: Comm, partptr, rank: int, counters: TrafficCounters,
+                 device: torch.device = HOST):
         self.comm = comm
+        self.device = device  # where the embeddings it serves live
         self.counters = counters
         self.partptr = np.asarray(partptr, dtype=np.int64)
         self.rank = rank
@@ -59,7 +62,7 @@ class RowFetcher:
         self._count(sent, start)
         # row of each distinct id in [owned | fetched]: owned ids at their local row, remote ones in fetch order
         table_row = np.where(remote, self.n_owned + np.cumsum(remote) - 1, ids - self.first)
-        return RowRequest(ask_counts=ask_counts, serve_rows=torch.from_numpy(asked - self.first),
+        return RowRequest(ask_counts=ask_counts, serve_rows=torch.from_numpy(asked - self.first).to(self.device),
                           serve_counts=serve_counts.astype(np.int64),
                           positions=table_row[np.searchsorted(ids, global_ids)])
 

@@ -38,7 +38,7 @@ def with_self_loops(rows, cols, start: int, n_rows: int):
     if isinstance(rows, np.ndarray):
         loops = np.arange(n_rows, dtype=np.int64)
         return np.concatenate([rows, loops]), np.concatenate([cols, loops + start])
-    loops = torch.arange(n_rows, dtype=torch.int64)
+    loops = torch.arange(n_rows, dtype=torch.int64, device=rows.device)
     return torch.cat([rows, loops]), torch.cat([cols, loops + start])
 
 

@@ -48,9 +48,9 @@ class DistGATConv(DistConv):
         self.head_width = out_dim // heads
         self.attn_dropout = attn_dropout
         self.lin = nn.Linear(in_dim, out_dim, bias=False)
-        self.att_src = nn.Parameter(torch.empty(1, heads, self.head_width))
-        self.att_dst = nn.Parameter(torch.empty(1, heads, self.head_width))
-        self.bias = nn.Parameter(torch.zeros(out_dim))
+        self.att_src = nn.Parameter(torch.empty(1, heads, self.head_width))  # host: moved with its module
+        self.att_dst = nn.Parameter(torch.empty(1, heads, self.head_width))  # host: moved with its module
+        self.bias = nn.Parameter(torch.zeros(out_dim))  # host: moved with its module
         self.reset_parameters()
 
     @classmethod
@@ -156,7 +156,7 @@ class DistGATConv(DistConv):
     @staticmethod
     def block_operator(block) -> SparseOperator:
         rows, cols = with_self_loops(block.dst, block.src, 0, block.n_dst)  # targets are the first sources
-        return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0]), (block.n_dst, block.n_src))
+        return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0], device=rows.device), (block.n_dst, block.n_src))
 
     @staticmethod
     def pyg_spec(in_dim: int, out_dim: int, heads: int = 1, attn_dropout: float = 0.0) -> tuple[str, dict]:

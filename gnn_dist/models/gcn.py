@@ -20,8 +20,8 @@ class DistGCNConv(DistConv):
 
     def __init__(self, in_dim, out_dim, operator, exchanger, slot, blocked=None):
         super().__init__(in_dim, out_dim, operator, exchanger, slot, blocked)
-        self.weight = nn.Parameter(torch.empty(out_dim, in_dim))
-        self.bias = nn.Parameter(torch.zeros(out_dim))
+        self.weight = nn.Parameter(torch.empty(out_dim, in_dim))  # host: moved with its module
+        self.bias = nn.Parameter(torch.zeros(out_dim))  # host: moved with its module
         self.reset_parameters()
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
@@ -72,7 +72,7 @@ class DistGCNConv(DistConv):
         mean = SimpleConv(aggr="mean")
 
         def call(conv, h, n_dst, edges):
-            loops = torch.arange(n_dst)
+            loops = torch.arange(n_dst, device=edges.device)
             edges = torch.cat([edges, torch.stack([loops, loops])], dim=1)
             return conv.lin(mean((h, h[:n_dst]), edges)) + conv.bias
 

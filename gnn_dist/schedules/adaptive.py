@@ -110,10 +110,10 @@ class AdaptiveSchedule(Schedule):
         send_counts = plan.send_counts * sending
         recv_counts = plan.recv_counts * incoming
         picked = torch.cat([send[seg] for q, seg in enumerate(send_segments) if sending[q]] or [send[:0]])
-        compact = torch.empty(int(recv_counts.sum()), send.shape[1])
+        compact = send.new_empty(int(recv_counts.sum()), send.shape[1])
         ex.send_rows(picked, send_counts, compact, recv_counts)
         ex.counters.halo_rows_skipped += int((plan.send_counts * (1 - sending)).sum())
-        halo = self.last_received.setdefault(slot, torch.zeros(plan.n_halo, send.shape[1]))
+        halo = self.last_received.setdefault(slot, send.new_zeros(plan.n_halo, send.shape[1]))
         offset = 0
         for q, seg in enumerate(recv_segments):
             if incoming[q]:
@@ -145,7 +145,7 @@ class AdaptiveSchedule(Schedule):
         halo_grads = grad_full[plan.n_owned:]
         picked = torch.cat([halo_grads[seg] for q, seg in enumerate(recv_segments) if incoming[q]]
                            or [halo_grads[:0]])
-        returned = torch.empty(int((plan.send_counts * sending).sum()), grad_full.shape[1])
+        returned = grad_full.new_empty(int((plan.send_counts * sending).sum()), grad_full.shape[1])
         ex.send_rows(picked, plan.recv_counts * incoming, returned, plan.send_counts * sending)
         ex.counters.halo_rows_skipped += int((plan.recv_counts * (1 - incoming)).sum())
         grad_owned = grad_full[:plan.n_owned].clone()
@@ -162,7 +162,7 @@ class AdaptiveSchedule(Schedule):
             for slot, value in table.items():
                 out[f"adaptive/{prefix}/{slot}"] = value
         for slot, value in self.skips_in_a_row.items():
-            out[f"adaptive/skips/{slot}"] = torch.from_numpy(value.copy())
+            out[f"adaptive/skips/{slot}"] = torch.from_numpy(value.copy())  # host: checkpoint metadata
         return out
 
     def load_state_dict(self, tensors):
@@ -170,7 +170,7 @@ class AdaptiveSchedule(Schedule):
         for key, value in tensors.items():
             _, kind, slot = key.split("/")
             if kind == "skips":
-                self.skips_in_a_row[slot] = value.numpy().copy()
+                self.skips_in_a_row[slot] = value.cpu().numpy().copy()
             else:
                 tables[kind][slot] = value
 

@@ -24,7 +24,8 @@ def _bernoulli_keep(node_ids: torch.Tensor, receivers: torch.Tensor, key: int, p
     """True with probability p, a function of (node, receiver, key) only: owner and receiver agree."""
     words = mix32(mix32(wrap_int32(node_ids * 0x9E3779B1) ^ wrap_int32(receivers * 0x85EBCA77 + key)))
     # uniform 32-bit words read as signed fall below this threshold with probability p
-    return words < int(p * (1 << 32)) - (1 << 31) if p < 1 else torch.ones(node_ids.shape, dtype=torch.bool)
+    return words < int(p * (1 << 32)) - (1 << 31) if p < 1 else torch.ones(node_ids.shape, dtype=torch.bool,
+                                                                            device=node_ids.device)
 
 
 @dataclass
@@ -56,7 +57,7 @@ class BoundarySamplingSchedule(Schedule):
             plan = ex.plan
             key = stream_key(self.seed, ex.epoch, 0x0B5)
             send_keep = _bernoulli_keep(plan.send_node_ids, plan.send_peer, key, self.keep_fraction)
-            me = torch.full((plan.n_halo,), plan.rank, dtype=torch.int64)
+            me = torch.full((plan.n_halo,), plan.rank, dtype=torch.int64, device=plan.device)
             halo_keep = _bernoulli_keep(plan.halo_ids, me, key, self.keep_fraction)
             self._epoch_masks = (ex.epoch, send_keep, halo_keep)
         return self._epoch_masks[1:]
@@ -65,8 +66,8 @@ class BoundarySamplingSchedule(Schedule):
         """(send rows kept, counts per peer, halo rows kept, counts per owner) for this epoch."""
         plan = ex.plan
         send_keep, halo_keep = self._keep(ex)
-        send_counts = np.bincount(plan.send_peer[send_keep].numpy(), minlength=plan.num_parts)
-        recv_counts = np.bincount(plan.halo_owner[halo_keep].numpy(), minlength=plan.num_parts)
+        send_counts = np.bincount(plan.send_peer[send_keep].cpu().numpy(), minlength=plan.num_parts)
+        recv_counts = np.bincount(plan.halo_owner[halo_keep].cpu().numpy(), minlength=plan.num_parts)
         return torch.nonzero(send_keep).squeeze(1), send_counts, torch.nonzero(halo_keep).squeeze(1), recv_counts
 
     def block_pass(self, ex, slot, x_owned):
@@ -81,7 +82,7 @@ class BoundarySamplingSchedule(Schedule):
         send_rows, send_counts, halo_rows, recv_counts = self._masks(ex)
         width = x_owned.shape[1]
         send = x_owned.index_select(0, plan.send_idx[send_rows])
-        received = torch.empty(halo_rows.shape[0], width)
+        received = x_owned.new_empty(halo_rows.shape[0], width)
         ex.send_rows(send, send_counts, received, recv_counts)
         full = ex.new_full(x_owned)
         full[plan.n_owned:] = 0
@@ -94,7 +95,7 @@ class BoundarySamplingSchedule(Schedule):
         plan = ex.plan
         send_rows, send_counts, halo_rows, recv_counts = info
         grads_back = grad_full[plan.n_owned + halo_rows]
-        returned = torch.empty(send_rows.shape[0], grad_full.shape[1])
+        returned = grad_full.new_empty(send_rows.shape[0], grad_full.shape[1])
         ex.send_rows(grads_back, recv_counts, returned, send_counts)
         ex.counters.halo_rows_skipped += plan.n_halo - halo_rows.shape[0]
         grad_owned = grad_full[:plan.n_owned].clone()

@@ -153,7 +153,7 @@ class PipelineSchedule(Schedule):
                 value = getattr(state, name)
                 if value is not None:
                     out[f"pipeline/{slot}/{name}"] = value
-            out[f"pipeline/{slot}/in_flight"] = torch.tensor(in_flight)
+            out[f"pipeline/{slot}/in_flight"] = torch.tensor(in_flight)  # host: checkpoint metadata
         return out
 
     def load_state_dict(self, tensors):

@@ -56,7 +56,8 @@ class LinkTask(Task):
         from gnn_dist.link.row_fetch import RowFetcher
 
         state.task_data = LinkPairs.from_part(self.config.parts, part)
-        self.fetcher = RowFetcher(state.exchanger.comm, self.meta.partptr, state.ctx.rank, state.exchanger.counters)
+        self.fetcher = RowFetcher(state.exchanger.comm, self.meta.partptr, state.ctx.rank, state.exchanger.counters,
+                                  state.device)
 
     def evaluate(self, state) -> dict:
         from gnn_dist.link.evaluation import evaluate_link

@@ -49,7 +49,7 @@ def write_predictions(state: RankState, path: str) -> None:
     graphs whose label vector fits one process (scoring with OGB's Evaluator).
     """
     node_ids, logits = gather_logits(state)
-    pieces = state.ctx.comm.allgather_object((node_ids.numpy(), logits.argmax(1).numpy()))
+    pieces = state.ctx.comm.allgather_object((node_ids.cpu().numpy(), logits.argmax(1).cpu().numpy()))
     if state.ctx.is_root:
         total = sum(ids.shape[0] for ids, _ in pieces)
         predictions = np.full(total, -1, dtype=np.int64)

@@ -24,7 +24,7 @@ class LinkFullBatchMode(FullBatchMode):
         self.pairs = state.task_data
         self.fetcher = state.task.fetcher
         self.ratio, self.rule = state.config.link.neg_ratio, state.config.link.negatives
-        self.sources = torch.from_numpy(self.pairs.train[:, 0] - self.pairs.first)
+        self.sources = torch.from_numpy(self.pairs.train[:, 0] - self.pairs.first).to(state.device)
 
     def compute_gradients(self, epoch: int) -> float:
         """Forward, scores, backward on this rank; afterwards every rank holds the gradient of the global mean
@@ -42,7 +42,7 @@ class LinkFullBatchMode(FullBatchMode):
         table = self.fetcher.table(z, request)
         n, drawn = len(pairs.train), negatives.size
         # Separate gathers, not one sliced apart: a slice's backward would allocate the whole gather's gradient.
-        positions = torch.from_numpy(request.positions)
+        positions = torch.from_numpy(request.positions).to(state.device)
         z_pos = table.index_select(0, positions[:n])
         z_neg = table.index_select(0, positions[n:n + drawn]).view(n, self.ratio, -1)
         z_neg_src = None if neg_sources is None else table.index_select(0, positions[n + drawn:]).view(n, self.ratio, -1)

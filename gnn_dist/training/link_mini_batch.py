@@ -32,7 +32,7 @@ class LinkMiniBatchMode(MiniBatchMode):
         endpoints = [positives[:, 0], positives[:, 1], negatives.reshape(-1)]
         seeds, where = np.unique(np.concatenate(endpoints + ([] if neg_sources is None else [neg_sources.reshape(-1)])),
                                  return_inverse=True)
-        return seeds, (len(batch), torch.from_numpy(where.reshape(-1)))
+        return seeds, (len(batch), torch.from_numpy(where.reshape(-1)).to(self.state.device))
 
     def batch_loss(self, out: torch.Tensor, targets) -> tuple[torch.Tensor, int]:
         n, where = targets

@@ -15,6 +15,7 @@ import torch
 from gnn_dist.checkpoint import save_checkpoint
 from gnn_dist.config import TrainConfig, profile_range
 from gnn_dist.context import RankContext
+from gnn_dist.device import peak_device_bytes
 from gnn_dist.log import rank_logger
 from gnn_dist.metrics import summarise
 from gnn_dist.peers import PeerMonitor
@@ -170,6 +171,12 @@ def memory_report(ctx: RankContext, memory: PhasePeaks) -> dict:
     return report
 
 
+def device_peaks(ctx: RankContext, device) -> list[int] | None:
+    """Every rank's peak device memory (torch's allocator), or None for a run on CPUs."""
+    own = peak_device_bytes(device)
+    return None if own is None else [int(v) for v in ctx.comm.allgather_object(own)]
+
+
 def train(ctx: RankContext, config: TrainConfig) -> dict:
     """Train on this rank's part; returns the final record (the same on every rank)."""
     use_workspace()
@@ -205,6 +212,8 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             "schedule_guard": config.schedule_guard if state.guard is not None else "off",
             "guard_epochs": state.guard.guard_epochs if state.guard is not None else 0,
             **memory_report(ctx, memory),
+            "device": config.device,
+            "peak_device_bytes_per_rank": device_peaks(ctx, state.device),
         }, state.task.final_figures(state, records))
         state.metrics.write(final)
         complete = True

@@ -19,6 +19,7 @@ synchronisation are shared.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -35,6 +36,13 @@ from gnn_dist.training.gradients import flat_buffer, sync_gradients
 from gnn_dist.training.state import max_over_ranks, sum_over_ranks
 
 
+def on_device(x: torch.Tensor, blocks: list, device: torch.device) -> tuple[torch.Tensor, list]:
+    """A sampled batch (drawn and gathered on the host) moved to the device it trains on; unchanged on the host."""
+    if device.type == "cpu":
+        return x, blocks
+    return x.to(device), [dataclasses.replace(b, dst=b.dst.to(device), src=b.src.to(device)) for b in blocks]
+
+
 class MiniBatchMode:
     def __init__(self, state, part):
         self.state = state
@@ -47,7 +55,8 @@ class MiniBatchMode:
         self.params = list(state.model.parameters())
         self.flat = flat_buffer(self.params, extras=2)  # gradients, then the loss sum and the number of seeds
         self.train_local = self.training_items(part)
-        steps = torch.tensor([float(-(-len(self.train_local) // config.batch_size))], dtype=torch.float64)
+        steps = torch.tensor([float(-(-len(self.train_local) // config.batch_size))],
+                             dtype=torch.float64)  # host: a count reduced over the host communicator
         if ctx.size > 1:
             ctx.comm.allreduce_(steps, op="max")
         self.steps = int(steps.item())
@@ -77,8 +86,8 @@ class MiniBatchMode:
         """(the summed loss of the batch from the seeds' outputs, its number of terms)."""
         if len(targets) == 0:
             return out.sum() * 0.0, 0
-        return F.cross_entropy(out[:len(targets)], self.labels[torch.from_numpy(targets)], reduction="sum"), \
-            len(targets)
+        picked = torch.from_numpy(targets).to(self.labels.device)
+        return F.cross_entropy(out[:len(targets)], self.labels[picked], reduction="sum"), len(targets)
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.state.config.seed, epoch, self.state.ctx.rank])
@@ -116,11 +125,12 @@ class MiniBatchMode:
             nodes, blocks = self.sampler.sample(seeds, epoch, step)
             x = self.store.gather(nodes)
             start = time.perf_counter()
+            x, blocks = on_device(x, blocks, state.device)
             operators = [self.model_class.block_operator(b) for b in reversed(blocks)]
             state.optimizer.zero_grad(set_to_none=False)
             keys = [sampled_stream_key(state.config.seed, epoch, step, state.ctx.rank, k)
                     for k in range(len(operators))]
-            out = forward_blocks(model, x, operators, torch.from_numpy(nodes), keys)
+            out = forward_blocks(model, x, operators, torch.from_numpy(nodes).to(state.device), keys)
             loss_sum, terms = self.batch_loss(out, targets)
             loss_sum.backward()
             global_loss_sum, global_terms = sync_gradients(state.exchanger, self.params, self.flat,

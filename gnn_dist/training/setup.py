@@ -24,6 +24,7 @@ from gnn_dist.codec import make_codec
 from gnn_dist.comm import first_failure
 from gnn_dist.config import FEATURE_DTYPES, TrainConfig
 from gnn_dist.context import RankContext, SetupError
+from gnn_dist.device import HOST, device_comm, rank_device
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.host_memory import RankMemory, available_memory_bytes, host_budget_bytes, memory_refusal
@@ -83,15 +84,18 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
         return meta, part, metrics, task
 
     meta, part, metrics, task = agree_on_setup(ctx, build_local)  # type: ignore[misc]
+    device = rank_device(config.device, ctx.comm)
     if config.mode == "full":
-        refuse_if_memory_short(ctx, config, part, task)
+        refuse_if_memory_short(ctx, config, part, task, device)
     # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
     watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort, explain=peers.unreachable if peers else None) \
         if config.timeout != 0 and ctx.comm.aborts_job else NoWatchdog()
     watchdog.beat("set-up: fetching halo input features")
-    plan = HaloPlan.from_part(part)
-    # Training's data exchanges go through this communicator: under --simulate-link, a modelled network.
+    plan = HaloPlan.from_part(part, device)
+    # Training's data exchanges go through this communicator: under --simulate-link, a modelled network; on a
+    # GPU, staged through pinned host buffers (gnn_dist.device).
     comm = ModelledLinkComm(ctx.comm, LinkModel.parse(config.simulate_link)) if config.simulate_link else ctx.comm
+    comm = device_comm(comm, device)
     exchanger = HaloExchanger(comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
                               schedule=parse_schedule(config.schedule, config.seed), beat=watchdog.beat)
     # Sampled training aggregates over its batches' blocks and evaluates chunk by chunk from the part's CSR,
@@ -102,10 +106,14 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
         blocked_by = (np.array(ctx.comm.allgather_object(plan.send_counts.tolist()), dtype=np.int64),
                       config.halo_block_rows)
     graph = LocalGraph.from_part(part, config.model.model, whole_operator=config.mode == "full",
-                                 blocked_by=blocked_by)
+                                 blocked_by=blocked_by, device=device)
     x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)])
     if config.feature_dtype != "fp32":
         x_full = x_full.to(FEATURE_DTYPES[config.feature_dtype])
+    if config.mode == "sampled":
+        # Sampling and feature serving stay on the host (the keyed draw is a CPU kernel); each batch's rows
+        # move to the device when it trains (gnn_dist.training.mini_batch).
+        x_full = x_full.cpu()
     graph = dataclasses.replace(graph, x=x_full[:graph.n_owned])  # one copy of the features, not two
     if config.mode == "sampled":
         # Sampled mode keeps the part (its CSR) for sampling and evaluation: point its features at the same
@@ -114,14 +122,15 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     setup_halo_bytes = sum_over_ranks(ctx, [exchanger.counters.halo_bytes])[0]
     exchanger.counters.reset()
 
-    model = task.build_model(graph, exchanger)
+    model = task.build_model(graph, exchanger).to(device)
     first = model.convs[0]
     if sparse_features.wanted(config, meta.feature_density, type(first), first.in_dim, first.out_dim):
         first.input_features = sparse_features.SparseFeatures.of(x_full)
     broadcast_parameters(ctx, list(model.parameters()))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, metrics,
-                      meta.dataset, setup_halo_bytes, meta.partition_id, watchdog, task=task, peers=peers)
+                      meta.dataset, setup_halo_bytes, meta.partition_id, watchdog, task=task, peers=peers,
+                      device=device)
     if config.checkpoint_dir:
         state.graph_identity = graph_identity(ctx.comm, meta, part.node_ids, part.y, part.deg[:part.n_owned])
     task.prepare(state, part)
@@ -138,7 +147,7 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
 
 def broadcast_parameters(ctx: RankContext, params: list[torch.Tensor]) -> None:
     """Same seed gives the same weights; the broadcast from rank 0 makes it true even across torch builds."""
-    flat = flat_buffer(params, extras=0)
+    flat = flat_buffer(params, extras=0).cpu()  # the host communicator: the weights' bytes go through the host
     pack_into(params, flat, grads=False)
     ctx.comm.bcast_(flat)
     unpack_from(params, flat, grads=False)
@@ -159,13 +168,21 @@ def resume(state: RankState, metrics: MetricsWriter) -> None:
         metrics.write(record)
 
 
-def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task) -> None:
+def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task,
+                           device: torch.device = HOST) -> None:
     """Plan this rank's peak (gnn_dist.memory_plan) and refuse on every rank, before the big allocations, if any
-    host's ranks would not fit (or a rank would pass --memory-limit)."""
+    host's ranks would not fit (or a rank would pass --memory-limit). On a GPU the same plan stands for the
+    device peak (the tensors it counts live there; it over-counts by the host process's own baseline), and
+    the ranks sharing each GPU must fit in what it has free."""
     plan = plan_part(part_shape(part), plan_config_of(config), part.meta.num_features, task.output_width())
     mine = RankMemory(socket.gethostname(), plan.peak, plan.summary(3), current_rss_bytes(),
                       available_memory_bytes(), host_budget_bytes())
     reason = memory_refusal(ctx.comm.allgather_object(mine), config.memory_limit)
+    if reason is None and device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        on_gpu = RankMemory(f"{socket.gethostname()} GPU {device.index}", plan.peak, plan.summary(3),
+                            torch.cuda.memory_allocated(device), free)
+        reason = memory_refusal(ctx.comm.allgather_object(on_gpu), None)
     if reason is not None:
         raise SetupError(reason)
 

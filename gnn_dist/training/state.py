@@ -45,17 +45,18 @@ class RankState:
     task: object = None  # what the run learns (gnn_dist.tasks.base.Task)
     peers: object = None  # this rank's watch over its ring neighbours (gnn_dist.peers.PeerMonitor), real MPI only
     task_data: object = None  # the task's own data on this rank (link prediction: gnn_dist.link.pairs.LinkPairs)
+    device: torch.device = torch.device("cpu")  # where this rank computes (--device; gnn_dist.device)
 
 
 def sum_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:
-    buf = torch.tensor(values, dtype=torch.float64)
+    buf = torch.tensor(values, dtype=torch.float64)  # host: scalars reduced over the host communicator
     if ctx.size > 1:
         ctx.comm.allreduce_(buf)
     return buf.tolist()
 
 
 def max_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:
-    buf = torch.tensor(values, dtype=torch.float64)
+    buf = torch.tensor(values, dtype=torch.float64)  # host: scalars reduced over the host communicator
     if ctx.size > 1:
         ctx.comm.allreduce_(buf, op="max")
     return buf.tolist()

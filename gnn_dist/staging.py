@@ -1,0 +1,189 @@
+"""Device tensors through host memory: a communicator wrapper for ranks that compute on a GPU.
+
+MPI reads and writes host memory unless it is CUDA-aware. `StagedComm` wraps
+any `Comm` so the runtime can hand it device tensors all the same: each
+exchange copies the device rows into a page-locked ("pinned") host buffer,
+runs the inner exchange on host buffers, and copies what arrived back to the
+device. The copies run on a side CUDA stream, ordered after the compute that
+produced the rows (an event on the compute stream) and before the compute
+that reads them (the compute stream waits on the side stream's event), so a
+non-blocking exchange (the pipeline schedule) still overlaps compute: the
+copy back is queued when its `wait()` is called, not before.
+
+Host buffers are kept per (slot, size) and reused every epoch, like the
+workspace allocator does for the host heap: the steady state pins no new
+memory (pinning is slow, and pinned pages cannot be swapped).
+
+`GNN_DIST_STAGING=always` stages host tensors too (through separate host
+buffers), so the copy-in / copy-out logic runs, and is tested, on a machine
+without a GPU: the results must be bit-identical to the unstaged run.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from gnn_dist.comm import Comm, CommWrapper, Pending
+
+STAGING_ENV = "GNN_DIST_STAGING"
+
+
+def staging_forced() -> bool:
+    """GNN_DIST_STAGING=always: stage host tensors too (tests of the staged path without a GPU)."""
+    value = os.environ.get(STAGING_ENV, "")
+    if value not in ("", "auto", "always"):
+        raise ValueError(f"bad {STAGING_ENV}={value!r}: use auto (stage device tensors only) or always")
+    return value == "always"
+
+
+class _Buffers:
+    """Host buffers by (role, bytes), reused across epochs; pinned when a GPU is there to copy from."""
+
+    def __init__(self, pin: bool):
+        self.pin = pin
+        self._free: dict[int, list[torch.Tensor]] = {}
+
+    def take(self, like: torch.Tensor) -> torch.Tensor:
+        nbytes = like.numel() * like.element_size()
+        pool = self._free.get(nbytes)
+        raw = pool.pop() if pool else torch.empty(nbytes, dtype=torch.uint8, device="cpu", pin_memory=self.pin)
+        return raw.view(like.dtype).view(like.shape)
+
+    def give_back(self, buffer: torch.Tensor) -> None:
+        raw = buffer.reshape(-1).view(torch.uint8)
+        self._free.setdefault(raw.numel(), []).append(raw)
+
+
+class _Streams:
+    """The side stream the copies run on, and the ordering against the compute stream (no-ops on host)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.side = torch.cuda.Stream(device) if self.cuda else None
+
+    def to_host(self, source: torch.Tensor, host: torch.Tensor) -> None:
+        if not self.cuda:
+            host.copy_(source)
+            return
+        self.side.wait_stream(torch.cuda.current_stream(source.device))  # the rows are computed
+        with torch.cuda.stream(self.side):
+            host.copy_(source, non_blocking=True)
+        self.side.synchronize()  # MPI reads the host buffer next
+
+    def to_device(self, host: torch.Tensor, target: torch.Tensor) -> None:
+        if not self.cuda:
+            target.copy_(host)
+            return
+        with torch.cuda.stream(self.side):
+            target.copy_(host, non_blocking=True)
+            target.record_stream(self.side)
+        torch.cuda.current_stream(target.device).wait_stream(self.side)  # compute reads them after the copy
+
+    def settle(self) -> None:
+        """Wait until the copies queued so far have read their host buffers, so the buffers may be reused (MPI
+        writes into a reused buffer from the host, which no stream orders)."""
+        if self.cuda:
+            self.side.synchronize()
+
+
+class _StagedPending(Pending):
+    """Completes the inner exchange, then copies the received rows back and returns the host buffers."""
+
+    def __init__(self, staged: StagedComm, inner: Pending, landing: list[tuple[torch.Tensor, torch.Tensor]],
+                 held: list[torch.Tensor]):
+        super().__init__()
+        self._staged = staged
+        self._inner = inner
+        self._landing = landing
+        self._held = held
+
+    def wait(self) -> None:
+        if self._inner is None:
+            return
+        self._inner.wait()
+        self._inner = None
+        for host, target in self._landing:
+            self._staged.streams.to_device(host, target)
+        if self._landing:
+            self._staged.streams.settle()
+        for buffer in self._held:
+            self._staged.buffers.give_back(buffer)
+        self._landing, self._held = [], []
+
+
+class StagedComm(CommWrapper):
+    """`inner` with device tensors staged through reusable host buffers (module docstring)."""
+
+    def __init__(self, inner: Comm, device: torch.device, always: bool = False):
+        super().__init__(inner)
+        self.device = device
+        self.always = always
+        self.buffers = _Buffers(pin=device.type == "cuda")
+        self.streams = _Streams(device)
+        self.staged_bytes = 0  # bytes copied between device and host (both directions)
+
+    def _stages(self, tensor: torch.Tensor) -> bool:
+        return self.always or tensor.device.type != "cpu"
+
+    def _out(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host copy of `tensor` to send from (the tensor itself when it need not be staged)."""
+        if not self._stages(tensor):
+            return tensor
+        host = self.buffers.take(tensor)
+        self.streams.to_host(tensor, host)
+        self.staged_bytes += host.numel() * host.element_size()
+        return host
+
+    def _in(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.buffers.take(tensor) if self._stages(tensor) else tensor
+
+    def _back(self, host: torch.Tensor, target: torch.Tensor) -> None:
+        if host is not target:
+            self.streams.to_device(host, target)
+            self.staged_bytes += host.numel() * host.element_size()
+            self.streams.settle()
+            self.buffers.give_back(host)
+
+    def _release(self, host: torch.Tensor, original: torch.Tensor) -> None:
+        if host is not original:
+            self.buffers.give_back(host)
+
+    def alltoallv(self, send, send_counts, recv, recv_counts) -> int:
+        send_host, recv_host = self._out(send), self._in(recv)
+        sent = self.inner.alltoallv(send_host, send_counts, recv_host, recv_counts)
+        self._release(send_host, send)
+        self._back(recv_host, recv)
+        return sent
+
+    def ialltoallv(self, send, send_counts, recv, recv_counts):
+        send_host, recv_host = self._out(send), self._in(recv)
+        pending, sent = self.inner.ialltoallv(send_host, send_counts, recv_host, recv_counts)
+        return self._pending(pending, [(recv_host, recv)], [send_host], [send]), sent
+
+    def isend(self, send, dest, tag):
+        send_host = self._out(send)
+        return self._pending(self.inner.isend(send_host, dest, tag), [], [send_host], [send])
+
+    def irecv(self, recv, source, tag):
+        recv_host = self._in(recv)
+        return self._pending(self.inner.irecv(recv_host, source, tag), [(recv_host, recv)], [], [])
+
+    def _pending(self, inner: Pending, landing: list, sent_hosts: list, originals: list) -> Pending:
+        staged_landing = [(host, target) for host, target in landing if host is not target]
+        held = [host for host, original in zip(sent_hosts, originals) if host is not original]
+        held += [host for host, _ in staged_landing]
+        if not staged_landing and not held:
+            return inner
+        self.staged_bytes += sum(host.numel() * host.element_size() for host, _ in staged_landing)
+        return _StagedPending(self, inner, staged_landing, held)
+
+    def allreduce_(self, tensor, op="sum") -> None:
+        host = self._out(tensor)
+        self.inner.allreduce_(host, op)
+        self._back(host, tensor)
+
+    def bcast_(self, tensor, root=0) -> None:
+        host = self._out(tensor)
+        self.inner.bcast_(host, root)
+        self._back(host, tensor)
