@@ -326,6 +326,17 @@ MUTANTS = [
            "gnn_dist/watchdog.py", "        if phase not in self._completed or phase == \"set-up\":",
            "        if True:",
            ("tests/test_resilience.py::test_timeout_auto_fits_the_limit_to_the_steps_seen",)),
+    Mutant("staging: a non-blocking staged receive is never copied back to its destination",
+           "gnn_dist/staging.py", "            self._staged.streams.to_device(host, target)\n", "            pass\n",
+           ("tests/test_staging.py::test_a_non_blocking_receive_lands_only_at_wait",
+            "tests/test_staging.py::test_a_staged_run_is_bit_identical_to_an_unstaged_one")),
+    Mutant("staging: a staged send goes out from an unfilled host buffer",
+           "gnn_dist/staging.py", "        self.streams.to_host(tensor, host)\n", "",
+           ("tests/test_staging.py::test_staged_exchanges_deliver_what_unstaged_ones_do",)),
+    Mutant("device: the device scan accepts a factory call without device=",
+           "tests/test_device_scan.py", "        elif not any(k.arg == \"device\" for k in node.keywords):",
+           "        elif False:",
+           ("tests/test_device_scan.py::test_the_scan_finds_what_it_is_meant_to_find",)),
 ]
 
 

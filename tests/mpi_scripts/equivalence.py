@@ -1,7 +1,7 @@
 """Under mpiexec: distributed logits and gradients against PyG on the whole graph.
 
 Rank 0 prints one JSON line {"max_logit_diff", "max_grad_diff", "loss_diff"}
-and exits 1 when any exceeds 1e-5.
+and exits 1 when any exceeds --tolerance (1e-5; issue 30 holds a GPU run to 1e-4).
 """
 import argparse
 import json
@@ -28,11 +28,13 @@ parser.add_argument("--batch-norm", action="store_true")
 parser.add_argument("--heads", type=int, default=1)
 parser.add_argument("--halo-memory", default="resident")
 parser.add_argument("--halo-block-rows", type=int, default=0)
+parser.add_argument("--device", default="cpu")
+parser.add_argument("--tolerance", type=float, default=1e-5)
 args = parser.parse_args()
 
 ctx = RankContext(make_world_comm())
 config = TrainConfig(parts=args.parts, epochs=0, progress=False, seed=11, halo_memory=args.halo_memory,
-                     halo_block_rows=args.halo_block_rows,
+                     halo_block_rows=args.halo_block_rows, device=args.device,
                      model=ModelConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers,
                                        dropout=0.0, batch_norm=args.batch_norm, heads=args.heads))
 state = setup(ctx, config)
@@ -40,10 +42,10 @@ loss = state.mode.compute_gradients(epoch=0)
 state.model.train()
 with torch.no_grad():
     logits = state.model(state.x_full)
-gathered = ctx.comm.allgather_object((state.graph.node_ids, logits))
+gathered = ctx.comm.allgather_object((state.graph.node_ids.cpu(), logits.cpu()))
 if ctx.is_root:
     graph = load_dataset(args.dataset, args.root)
-    params = {k: p.detach().double() for k, p in state.model.named_parameters()}
+    params = {k: p.detach().cpu().double() for k, p in state.model.named_parameters()}
     ref_logits, ref_loss, ref_grads = reference_logits_and_grads(
         graph, args.model, config.model.layers(graph.num_features, graph.num_classes), args.batch_norm, params)
     full = torch.zeros_like(ref_logits)
@@ -53,9 +55,9 @@ if ctx.is_root:
         "ranks": ctx.size,
         "blocked_operator": state.graph.blocked is not None,
         "max_logit_diff": float((full - ref_logits).abs().max()),
-        "max_grad_diff": max(float((p.grad.double() - ref_grads[k]).abs().max())
+        "max_grad_diff": max(float((p.grad.cpu().double() - ref_grads[k]).abs().max())
                              for k, p in state.model.named_parameters()),
         "loss_diff": abs(loss - float(ref_loss)),
     }
     print(json.dumps(result))
-    sys.exit(0 if max(result["max_logit_diff"], result["max_grad_diff"], result["loss_diff"]) <= 1e-5 else 1)
+    sys.exit(0 if max(result["max_logit_diff"], result["max_grad_diff"], result["loss_diff"]) <= args.tolerance else 1)
