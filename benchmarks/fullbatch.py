@@ -27,7 +27,7 @@ from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_t
 def pyg_run(dataset: str, root: str | None, path: str, args) -> dict:
     cmd = [sys.executable, "-m", "gnn_dist.benchmarks.pyg_fullbatch", "--dataset", dataset, "--path", path,
            "--epochs", str(args.pyg_epochs), "--hidden", str(args.hidden), "--num-layers", str(args.num_layers),
-           "--model", args.model, "--heads", str(args.heads)] + (["--root", root] if root else [])
+           "--model", args.model, "--heads", str(args.heads), "--device", args.device] + (["--root", root] if root else [])
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -46,6 +46,8 @@ def main() -> None:
     parser.add_argument("--num-layers", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", default="runs/bench-fullbatch")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: both sides run there (cuda adds peak device "
+                        "memory, torch.cuda.max_memory_allocated, to the table)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -53,7 +55,7 @@ def main() -> None:
     rows = {"machine": machine(), "config": vars(args), "pyg": {}, "ours": {}}
     model_args = ["--model", args.model, "--hidden", str(args.hidden), "--num-layers", str(args.num_layers)]
     model_args += ["--heads", str(args.heads)] if args.model == "gat" else []
-    train_args = model_args + ["--epochs", str(args.epochs), "--eval-every", str(args.epochs)]
+    train_args = model_args + ["--epochs", str(args.epochs), "--eval-every", str(args.epochs), "--device", args.device]
     part_counts = [int(p) for p in args.parts.split(",")]
     for round_index in range(args.rounds):
         for path in filter(None, args.pyg_paths.split(",")):
@@ -79,13 +81,19 @@ def main() -> None:
     def seconds(run: dict) -> float:
         return run["epoch_s_median"]
 
+    def device_gib(run: dict) -> str:
+        peak = run.get("peak_device_bytes")
+        if peak is None:
+            peak = max(run.get("peak_device_bytes_per_rank") or [0]) or None
+        return "" if peak is None else f"{peak / 2**30:.2f}"
+
     table = []
     base = rows["ours"].get(1)
     layer = {"gcn": "GCNConv", "sage": "SAGEConv", "gat": "GATConv"}.get(args.model, args.model)
     first_pyg = next(iter(rows["pyg"].values()), None)
     for path, runs in rows["pyg"].items():
         table.append([f"PyG {layer} ({path}), 1 process", summary([seconds(r) for r in runs]), "", "",
-                      summary([r["peak_rss_bytes"] / 2**30 for r in runs]), "", "", ""])
+                      summary([r["peak_rss_bytes"] / 2**30 for r in runs]), "", "", "", device_gib(runs[-1])])
     for num_parts, runs in rows["ours"].items():
         r = runs[-1]
         per_epoch = r["halo_bytes_total"] / max(r["epochs"], 1)
@@ -99,10 +107,10 @@ def main() -> None:
             if first_pyg else ""
         table.append([f"gnn-dist P={num_parts}", summary([seconds(o) for o in runs]), vs_pyg, speedup,
                       summary([o["peak_rss_bytes"] / 2**30 for o in runs]), rss, rss_vs_pyg,
-                      f"{per_epoch / 1e6:.1f} MB ({ratio})"])
+                      f"{per_epoch / 1e6:.1f} MB ({ratio})", device_gib(r)])
     header = ["run", "s/epoch", "vs PyG (" + " / ".join(rows["pyg"]) + ")", "speed-up vs P=1",
               "peak RSS/rank GiB", "RSS vs P=1", "RSS vs PyG (" + next(iter(rows["pyg"]), "") + ")",
-              "halo bytes/epoch (vs inspect)"]
+              "halo bytes/epoch (vs inspect)", "peak device GiB/rank (cuda)"]
     heads = f" x {args.heads} heads" if args.model == "gat" else ""
     text = (f"{args.dataset}, {args.model} {args.num_layers} layers hidden {args.hidden}{heads}, 1 thread per process, "
             f"median of {args.epochs} epochs (PyG {args.pyg_epochs}) per run, {args.rounds} round(s): median "
