@@ -1,8 +1,8 @@
 """Two emulated hosts on a real shaped link against one host with the modelled link (issue 31's benchmark).
 
     sudo python -m gnn_dist.benchmarks.cluster_vs_model [--dataset synthetic:arxiv] [--parts 2,4] [--epochs 45]
-        [--target-val-acc 0.8] [--rate-gbit 1] [--configs exact,stale:4,pipeline,bns:0.1,adaptive:0.05,exact+int8]
-        [--out DIR]
+        [--target-val-acc 0.8] [--rate-gbit 1]
+        [--configs exact,stale:4,pipeline,bns:0.1,adaptive:0.05,exact+int8] [--out DIR]
 
 For every P and schedule it trains twice on the same partition: across two hosts of scripts/cluster.sh
 (network, UTS, IPC, mount and PID namespaces, MPI over TCP through a tbf link of --rate-gbit), and on this
@@ -11,8 +11,8 @@ communication time (epochs after the first two) and their ratio: the target is a
 runs evaluate after every epoch, and each reports its time to --target-val-acc: the training seconds (epoch_s
 summed, as benchmarks/time_to_accuracy.py counts them) until validation accuracy first reaches it; the two
 runs of a pair follow the same curve (the link changes timing, not arithmetic), so they reach it at the same
-epoch and differ only in seconds. The cluster is torn down afterwards, also on failure. Needs root (ip netns, tc); both runs share this host's
-cores, so each side's compute is as contended as the other's.
+epoch and differ only in seconds. The cluster is torn down afterwards, also on failure. Needs root (ip netns,
+tc); both runs share this host's cores, so each side's compute is as contended as the other's.
 """
 from __future__ import annotations
 
