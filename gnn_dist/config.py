@@ -290,10 +290,9 @@ class TrainConfig:
         self._validate_device()
 
     def _validate_device(self) -> None:
-        if self.device not in DEVICES:
-            raise ValueError(f"bad --device {self.device!r}: use cpu or cuda")
-        if self.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("no CUDA device visible: run with --device cpu")
+        from gnn_dist.device import check_device
+
+        check_device(self.device)
 
     def _validate_numbers(self) -> None:
         if self.halo_block_rows < 0:

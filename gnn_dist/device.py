@@ -20,20 +20,26 @@ import os
 import torch
 
 from gnn_dist.comm import Comm
+from gnn_dist.config import DEVICES
 from gnn_dist.staging import StagedComm, staging_forced
 
 CUDA_AWARE_ENV = "GNN_DIST_CUDA_AWARE_MPI"
 HOST = torch.device("cpu")  # the default device of everything a rank builds
 
 
+def check_device(requested: str) -> None:
+    """ValueError naming the fix when --device `requested` cannot run here (TrainConfig.validate calls it too)."""
+    if requested not in DEVICES:
+        raise ValueError(f"bad --device {requested!r}: use cpu or cuda")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ValueError("no CUDA device visible: run with --device cpu")
+
+
 def rank_device(requested: str, comm: Comm) -> torch.device:
     """The torch device of this rank for --device `requested`; ValueError naming the fix when there is none."""
+    check_device(requested)
     if requested == "cpu":
-        return torch.device("cpu")
-    if requested != "cuda":
-        raise ValueError(f"bad --device {requested!r}: use cpu or cuda")
-    if not torch.cuda.is_available():
-        raise ValueError("no CUDA device visible: run with --device cpu")
+        return HOST
     device = torch.device("cuda", comm.local_rank() % torch.cuda.device_count())
     torch.cuda.set_device(device)
     return device

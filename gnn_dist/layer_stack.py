@@ -127,7 +127,7 @@ class LayerStack(nn.Module):
             # Layer 0's halo inputs are the cached features: nothing to exchange.
             halo = conv.transform(x_full[n:].to(device).float()) if k == 0 \
                 else self.exchanger.halo_rows(owned, conv.slot)
-            out = torch.empty(n, conv.out_dim, device=h.device)
+            out = torch.empty(n, conv.out_dim, device=device)
             for start in range(0, n, chunk_nodes):
                 stop = min(n, start + chunk_nodes)
                 from_owned, from_halo = self.graph.rows.rows(start, stop).split_columns(n)

@@ -122,13 +122,10 @@ def test_the_native_kernels_refuse_a_tensor_that_is_not_on_the_host():
         native.keyed_dropout(elsewhere, hashes, torch.zeros(4, dtype=torch.int32), 0, 2.0, False, False)
 
 
-def _curves(records: dict, tmp_path, tag: str) -> dict:
-    out = {}
-    for run in records:
-        path = tmp_path / f"{tag}-{abs(hash(run))}.jsonl"
-        lines = [json.loads(line) for line in path.read_text().splitlines()]
-        out[run] = ([r["loss"] for r in lines[:-1]], lines[-1]["halo_bytes_total"], lines[-1]["test_acc"])
-    return out
+def _curve(path) -> tuple[list[float], int, float]:
+    """(losses, halo bytes, test accuracy) of one run's metrics file."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r["loss"] for r in lines[:-1]], lines[-1]["halo_bytes_total"], lines[-1]["test_acc"]
 
 
 def test_a_staged_run_is_bit_identical_to_an_unstaged_one(partitioned, tmp_path, monkeypatch):
@@ -141,10 +138,9 @@ def test_a_staged_run_is_bit_identical_to_an_unstaged_one(partitioned, tmp_path,
     results = {}
     for tag, staging in (("plain", "auto"), ("staged", "always")):
         monkeypatch.setenv(STAGING_ENV, staging)
-        runs = [f"{c} --metrics-out {tmp_path / f'{tag}-{abs(hash(c))}.jsonl'}" for c in configs]
-        records = train_many(2, ["--parts", str(parts), "--epochs", "6", "--hidden", "16", "--num-layers", "3"],
-                             runs)
-        results[tag] = _curves({c: r for c, r in zip(configs, records.values())}, tmp_path, tag)
+        runs = [f"{c} --metrics-out {tmp_path / f'{tag}-{k}.jsonl'}" for k, c in enumerate(configs)]
+        train_many(2, ["--parts", str(parts), "--epochs", "6", "--hidden", "16", "--num-layers", "3"], runs)
+        results[tag] = {c: _curve(tmp_path / f"{tag}-{k}.jsonl") for k, c in enumerate(configs)}
     for config in configs:
         plain, staged = results["plain"][config], results["staged"][config]
         assert plain == staged, (config, plain, staged)

@@ -9,9 +9,12 @@ import torch
 from gnn_dist.flat import pack_into, unpack_from
 
 
-def flat_buffer(params: list[torch.Tensor], extras: int) -> torch.Tensor:
-    """One buffer for every gradient and `extras` scalars (allocated once per run), on the parameters' device."""
-    return torch.zeros(sum(p.numel() for p in params) + extras, device=params[0].device if params else "cpu")
+def flat_buffer(params: list[torch.Tensor], extras: int, device: torch.device | None = None) -> torch.Tensor:
+    """One buffer for every gradient and `extras` scalars (allocated once per run), on `device` (by default the
+    parameters')."""
+    if device is None:
+        device = params[0].device if params else torch.device("cpu")
+    return torch.zeros(sum(p.numel() for p in params) + extras, device=device)
 
 
 def sync_gradients(exchanger, params: list[torch.Tensor], flat: torch.Tensor, extras: list,

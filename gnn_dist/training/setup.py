@@ -147,7 +147,7 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
 
 def broadcast_parameters(ctx: RankContext, params: list[torch.Tensor]) -> None:
     """Same seed gives the same weights; the broadcast from rank 0 makes it true even across torch builds."""
-    flat = flat_buffer(params, extras=0).cpu()  # the host communicator: the weights' bytes go through the host
+    flat = flat_buffer(params, extras=0, device=HOST)  # the host communicator: the weights go through the host
     pack_into(params, flat, grads=False)
     ctx.comm.bcast_(flat)
     unpack_from(params, flat, grads=False)
