@@ -67,7 +67,9 @@ class Watchdog:
         gap = now - self._last
         self._longest[self._phase] = max(self._longest.get(self._phase, 0.0), gap)
         phase = phase_of(step)
-        if phase is not None and phase != self._phase:
+        if phase is not None:
+            # A phase's announcement closes the round running, even when the same phase starts again: a run that
+            # evaluates every 1000 epochs has seen training through after its first epoch.
             self._completed.add(self._phase)
             self._phase = phase
         self._step = step

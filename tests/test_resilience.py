@@ -299,6 +299,22 @@ def test_timeout_auto_fits_the_limit_to_the_steps_seen(monkeypatch):
         beat("epoch 2: evaluation", 0.1)
         beat("epoch 3: training step", 0.1)
         assert dog.limit() == 80.0  # the longest gap so far still rules
+        beat("epoch 3: training step: summing the epoch's figures over ranks", 0.1)
+        assert dog.limit() == 80.0  # the epoch's bookkeeping stays under training's limit, not evaluation's
+    finally:
+        dog.stop()
+    # A run that evaluates rarely: training is seen through when the next epoch's step is announced.
+    dog = watchdog.Watchdog("auto", rank=0, abort=lambda code: None, poll=3600)
+    try:
+        beat("set-up: fetching halo input features", 30.0)
+        beat("epoch 0: training step", 5.0)
+        beat("halo exchange", 1.5)
+        assert dog.limit() == watchdog.AUTO_FIRST
+        beat("epoch 0: training step: summing the epoch's figures over ranks", 0.5)
+        beat("epoch 1: training step", 0.1)
+        assert dog.limit() == watchdog.AUTO_FLOOR
+        beat("halo exchange", 4.0)
+        assert dog.limit() == 80.0
     finally:
         dog.stop()
     fixed = watchdog.Watchdog(45, rank=0, abort=lambda code: None, poll=3600)

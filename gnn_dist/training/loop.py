@@ -59,14 +59,17 @@ def run_epochs(state: RankState) -> list[dict]:
         epoch_s = time.perf_counter() - start
         trained = counters.take()
         eval_start = time.perf_counter()
-        beat(f"epoch {epoch}: evaluation")
         evaluated = (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1
         if evaluated:
+            beat(f"epoch {epoch}: evaluation")
             enter_phase(state, "eval")
             last_eval = task.evaluate(state)
             enter_phase(state, "train")
         eval_s = time.perf_counter() - eval_start
         evaluation = counters.take()
+        # The epoch's figures are summed over ranks under the training phase's limit: a link cut here must end the
+        # job as soon as one cut inside the training step does, not after evaluation's longer limit.
+        beat(f"epoch {epoch}: training step: summing the epoch's figures over ranks")
         halo_bytes, halo_rows, allreduce_bytes, rows_skipped, eval_halo_bytes = sum_over_ranks(
             ctx, [trained.halo_bytes, trained.halo_rows, trained.allreduce_bytes, trained.halo_rows_skipped,
                   evaluation.halo_bytes])
