@@ -10,11 +10,13 @@ that a halo exchange moves. keep() is the attention dropout, keyed by the
 endpoints' original ids (gnn_dist.dropout's hash), so no mask is drawn from a
 generator and every P keeps the same entries.
 
-The native kernel (kernels/native_kernels.cpp) never forms an [E x H x C]
-tensor: the forward keeps lse[i, h], the log of row i's softmax denominator,
-and the backward recomputes alpha from it (two [E x H] buffers). The torch
-fallback forms it, as PyG's GATConv does; both give the same results
-(tests/test_attention.py).
+Neither formulation forms an [E x H x C] tensor (PyG's GATConv does): the
+forward keeps lse[i, h], the log of row i's softmax denominator, and the
+backward recomputes alpha from it. The native kernel
+(kernels/native_kernels.cpp, CPU only) keeps two [E x H] buffers; the torch
+formulation (a GPU, or GNN_DIST_KERNEL=torch) keeps a few [E x H] tensors and
+forms its per-edge products in chunks of EDGE_CHUNK_ELEMENTS. Both are held to
+a plain autograd reference and to PyG (tests/test_gat.py).
 
 A partial result over some of a row's columns is (out, lse); `merge` joins two
 of them exactly (the online softmax), so rows split by columns, as in
@@ -118,7 +120,7 @@ def attention(op: SparseOperator, source: torch.Tensor, dst_score: torch.Tensor,
         out, lse = _NativeAttention.apply(op, source.contiguous(), dst_score.contiguous(), bias, heads, slope,
                                           dropout, native)
     else:
-        out, lse = _torch_attention(op, source, dst_score, heads, bias, dropout, slope)
+        out, lse = _TorchAttention.apply(op, source, dst_score, bias, heads, slope, dropout)
     return (out, lse) if with_lse else out
 
 
@@ -165,27 +167,96 @@ class _NativeAttention(torch.autograd.Function):
         return None, grad_source, grad_dst, grad_bias, None, None, None, None
 
 
-def _torch_attention(op: SparseOperator, source: torch.Tensor, dst_score: torch.Tensor, heads: int,
-                     bias: torch.Tensor | None, dropout: EdgeDropout | None, slope: float):
-    """The fallback: the same computation with torch ops (autograd differentiates it); forms [E x H x C]."""
+# The torch formulation's edges go through [chunk x H x C] products of at most this many elements, so no
+# [E x H x C] tensor is formed (64 MiB in fp32): what a device without the native kernel runs.
+EDGE_CHUNK_ELEMENTS = 1 << 24
+
+
+def _edge_chunks(n_edges: int, per_edge: int) -> list[slice]:
+    step = max(1, EDGE_CHUNK_ELEMENTS // max(1, per_edge))
+    return [slice(start, min(start + step, n_edges)) for start in range(0, n_edges, step)]
+
+
+def _entries(op: SparseOperator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, col) of every entry, int64, in CSR order."""
     crow, col = op.matrix.crow_indices().to(torch.int64), op.matrix.col_indices().to(torch.int64)
+    row = torch.repeat_interleave(torch.arange(op.shape[0], device=crow.device), crow[1:] - crow[:-1])
+    return row, col
+
+
+def _torch_forward(op: SparseOperator, source: torch.Tensor, dst_score: torch.Tensor, heads: int,
+                   dropout: EdgeDropout | None, slope: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out without bias, lse) with torch ops and no autograd: [E x H] scores, the aggregation by edge chunks."""
+    row, col = _entries(op)
     n_rows = op.shape[0]
-    row = torch.repeat_interleave(torch.arange(n_rows, device=crow.device), crow[1:] - crow[:-1])
     hc = source.shape[1] - heads
     x, a_src = source[:, :hc].view(-1, heads, hc // heads), source[:, hc:]
     e = torch.nn.functional.leaky_relu(a_src[col] + dst_score[row], slope)  # [E, H]
-    index = row[:, None].expand(-1, heads)
-    peak = torch.full((n_rows, heads), float("-inf"), dtype=e.dtype, device=e.device).scatter_reduce(0, index, e, "amax")
-    w = torch.exp(e - peak.detach()[row])
-    total = torch.zeros(n_rows, heads, dtype=e.dtype, device=e.device).index_add(0, row, w)
-    alpha = w / total[row]
-    lse = torch.where(total > 0, peak.detach() + torch.log(total), torch.full_like(total, float("-inf")))
+    peak = e.new_full((n_rows, heads), float("-inf")).scatter_reduce(0, row[:, None].expand(-1, heads), e, "amax")
+    w = torch.exp(e - peak[row])
+    total = e.new_zeros(n_rows, heads).index_add(0, row, w)
+    lse = torch.where(total > 0, peak + torch.log(total), torch.full_like(total, float("-inf")))
+    alpha = w.div_(total[row])
     if dropout is not None:
-        alpha = alpha * dropout.factors(row, col, alpha.dtype)
-    out = torch.zeros(n_rows, heads, hc // heads, dtype=source.dtype, device=source.device).index_add(
-        0, row, alpha[:, :, None] * x[col])
-    out = out.view(n_rows, hc)
-    return (out if bias is None else out + bias), lse
+        alpha.mul_(dropout.factors(row, col, alpha.dtype))
+    out = x.new_zeros(n_rows, heads, hc // heads)
+    for part in _edge_chunks(len(col), hc):
+        out.index_add_(0, row[part], alpha[part, :, None] * x[col[part]])
+    return out.view(n_rows, hc), lse
+
+
+def _torch_backward(op: SparseOperator, source: torch.Tensor, dst_score: torch.Tensor, lse: torch.Tensor,
+                    grad_out: torch.Tensor, row_delta: torch.Tensor | None, grad_lse: torch.Tensor | None,
+                    heads: int, dropout: EdgeDropout | None, slope: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients of (source, dst_score), attention recomputed from lse, products by edge chunks.
+
+    row_delta: each row's sum of alpha * dL/dalpha over all its columns; None: op holds whole rows, and it is
+    summed here. grad_lse: the gradient reaching lse, if lse was used."""
+    row, col = _entries(op)
+    n_rows = op.shape[0]
+    hc = source.shape[1] - heads
+    x, a_src = source[:, :hc].view(-1, heads, hc // heads), source[:, hc:]
+    g = grad_out.reshape(n_rows, heads, hc // heads)
+    z = a_src[col] + dst_score[row]
+    alpha = torch.exp(torch.nn.functional.leaky_relu(z, slope) - lse[row])  # [E, H]
+    kept = alpha if dropout is None else alpha * dropout.factors(row, col, alpha.dtype)  # alpha x keep / (1-p)
+    dot = torch.empty_like(alpha)  # dL/dalpha = keep / (1-p) x <g[row], x[col]>, chunk by chunk
+    grad_x = torch.zeros_like(x)
+    for part in _edge_chunks(len(col), hc):
+        dot[part] = (g[row[part]] * x[col[part]]).sum(-1)
+        grad_x.index_add_(0, col[part], kept[part, :, None] * g[row[part]])
+    if dropout is not None:
+        dot.mul_(dropout.factors(row, col, dot.dtype))
+    if row_delta is None:
+        row_delta = dot.new_zeros(n_rows, heads).index_add_(0, row, alpha * dot)
+    shift = row_delta[row] if grad_lse is None else row_delta[row] - grad_lse[row]
+    dz = alpha * (dot - shift)
+    dz = torch.where(z > 0, dz, slope * dz)
+    grad_a_src = torch.zeros_like(a_src).index_add_(0, col, dz)
+    grad_dst = torch.zeros_like(dst_score).index_add_(0, row, dz)
+    return torch.cat([grad_x.view(-1, hc), grad_a_src], 1), grad_dst
+
+
+class _TorchAttention(torch.autograd.Function):
+    """The native kernel's contract with torch ops: the forward keeps lse, the backward recomputes alpha."""
+
+    @staticmethod
+    def forward(ctx, op, source, dst_score, bias, heads, slope, dropout):  # type: ignore[override]
+        out, lse = _torch_forward(op, source, dst_score, heads, dropout, slope)
+        ctx.save_for_backward(source, dst_score, lse)
+        ctx.op, ctx.heads, ctx.slope, ctx.dropout, ctx.has_bias = op, heads, slope, dropout, bias is not None
+        if bias is not None:
+            out = out + bias.to(out.dtype)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
+        source, dst_score, lse = ctx.saved_tensors
+        grad_source, grad_dst = _torch_backward(ctx.op, source, dst_score, lse, grad_out.to(source.dtype), None,
+                                                None if grad_lse is None else grad_lse.to(source.dtype), ctx.heads,
+                                                ctx.dropout, ctx.slope)
+        grad_bias = grad_out.sum(0) if ctx.has_bias and ctx.needs_input_grad[3] else None
+        return None, grad_source, grad_dst, grad_bias, None, None, None
 
 
 def partial_forward(op: SparseOperator, source: torch.Tensor, dst_score: torch.Tensor, heads: int,
@@ -199,7 +270,7 @@ def partial_forward(op: SparseOperator, source: torch.Tensor, dst_score: torch.T
             return tuple(native.attention_forward(op.matrix.crow_indices(), op.matrix.col_indices(),
                                                   source.contiguous(), dst_score.contiguous(), None, heads, slope,
                                                   *drop_args))
-        return _torch_attention(op, source, dst_score, heads, None, dropout, slope)
+        return _torch_forward(op, source, dst_score, heads, dropout, slope)
 
 
 def partial_backward(op: SparseOperator, source: torch.Tensor, dst_score: torch.Tensor, lse: torch.Tensor,
@@ -222,24 +293,4 @@ def partial_backward(op: SparseOperator, source: torch.Tensor, dst_score: torch.
             op.matrix.crow_indices(), op.matrix.col_indices(), t.crow, t.row, t.perm, source.contiguous(),
             dst_score.contiguous(), lse.contiguous(), grad_out.contiguous(), None, row_delta.contiguous(), heads,
             slope, *drop_args))
-    return _torch_partial_backward(op, source, dst_score, lse, grad_out, row_delta, heads, dropout, slope)
-
-
-def _torch_partial_backward(op, source, dst_score, lse, grad_out, row_delta, heads, dropout, slope):
-    """partial_backward with torch ops (the fallback): the same formulas, over [E x H x C]."""
-    crow, col = op.matrix.crow_indices().to(torch.int64), op.matrix.col_indices().to(torch.int64)
-    n_rows = op.shape[0]
-    row = torch.repeat_interleave(torch.arange(n_rows, device=crow.device), crow[1:] - crow[:-1])
-    hc = source.shape[1] - heads
-    x, a_src = source[:, :hc].view(-1, heads, hc // heads), source[:, hc:]
-    z = a_src[col] + dst_score[row]
-    alpha = torch.exp(torch.nn.functional.leaky_relu(z, slope) - lse[row])  # [E, H]
-    kept = dropout.factors(row, col, alpha.dtype) if dropout is not None else torch.ones_like(alpha)
-    g = grad_out.view(n_rows, heads, -1)
-    dot = (g[row] * x[col]).sum(-1) * kept                     # dL/dalpha
-    dz = alpha * (dot - row_delta[row])
-    dz = torch.where(z > 0, dz, slope * dz)
-    grad_x = torch.zeros_like(x).index_add(0, col, (alpha * kept)[:, :, None] * g[row])
-    grad_a_src = torch.zeros_like(a_src).index_add(0, col, dz)
-    grad_dst = torch.zeros_like(dst_score).index_add(0, row, dz)
-    return torch.cat([grad_x.view(-1, hc), grad_a_src], 1), grad_dst
+    return _torch_backward(op, source, dst_score, lse, grad_out, row_delta, None, heads, dropout, slope)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gnn_dist.config import ModelConfig, TrainConfig
-from gnn_dist.kernels.attention import EdgeDropout, _torch_attention, attention, merge
+from gnn_dist.kernels.attention import EdgeDropout, attention, merge
 from gnn_dist.kernels.native import native_module
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.partition.datasets import load_dataset
@@ -30,6 +30,29 @@ def random_operator(n_rows: int, n_cols: int, nnz: int, seed: int, loops: bool =
     return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0]), (n_rows, n_cols))
 
 
+def reference_attention(op: SparseOperator, source: torch.Tensor, dst_score: torch.Tensor, heads: int,
+                        bias: torch.Tensor | None, dropout: EdgeDropout | None, slope: float = 0.2):
+    """The attention of kernels/attention.py written the plain way, each edge's [H x C] product formed and autograd
+    left to differentiate it: the reference both kernels are held to. Returns (out, lse)."""
+    crow, col = op.matrix.crow_indices().to(torch.int64), op.matrix.col_indices().to(torch.int64)
+    n_rows = op.shape[0]
+    row = torch.repeat_interleave(torch.arange(n_rows), crow[1:] - crow[:-1])
+    hc = source.shape[1] - heads
+    x, a_src = source[:, :hc].view(-1, heads, hc // heads), source[:, hc:]
+    e = torch.nn.functional.leaky_relu(a_src[col] + dst_score[row], slope)  # [E, H]
+    index = row[:, None].expand(-1, heads)
+    peak = torch.full((n_rows, heads), float("-inf"), dtype=e.dtype).scatter_reduce(0, index, e, "amax")
+    w = torch.exp(e - peak.detach()[row])
+    total = torch.zeros(n_rows, heads, dtype=e.dtype).index_add(0, row, w)
+    alpha = w / total[row]
+    lse = torch.where(total > 0, peak.detach() + torch.log(total), torch.full_like(total, float("-inf")))
+    if dropout is not None:
+        alpha = alpha * dropout.factors(row, col, alpha.dtype)
+    out = torch.zeros(n_rows, heads, hc // heads, dtype=source.dtype).index_add(0, row, alpha[:, :, None] * x[col])
+    out = out.view(n_rows, hc)
+    return (out if bias is None else out + bias), lse
+
+
 def inputs(op: SparseOperator, heads: int, width: int, seed: int, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
     source = torch.randn(op.shape[1], heads * width + heads, generator=g, dtype=dtype).requires_grad_()
@@ -42,8 +65,6 @@ def dropout_for(op: SparseOperator, heads: int, p: float = 0.4) -> EdgeDropout:
     return EdgeDropout.keyed(torch.arange(op.shape[0]) * 13 + 5, torch.arange(op.shape[1]) * 13 + 5, heads, 987, p)
 
 
-needs_native = pytest.mark.skipif(native_module() is None, reason="the native kernel could not be built here")
-
 KERNEL_CASES = [
     # (heads, width, empty rows, self-loop-only rows): several heads; a single head; odd widths; rows with no
     # entry; zero-in-degree rows (the self loop alone)
@@ -51,15 +72,30 @@ KERNEL_CASES = [
 ]
 
 
-@needs_native
+@pytest.fixture(params=["native", "torch"])
+def kernel(request, monkeypatch):
+    """Each attention kernel in turn: the native one, and the torch formulation (what a GPU runs) with its edges
+    cut into chunks of a few entries (8 at width 32), so the chunking itself is exercised."""
+    from gnn_dist.kernels import attention as module
+
+    if request.param == "native":
+        if native_module() is None:
+            pytest.skip("the native kernel could not be built here")
+    else:
+        monkeypatch.setattr(module, "native_module", lambda: None)
+        monkeypatch.setattr(module, "EDGE_CHUNK_ELEMENTS", 256)
+    return request.param
+
+
 @pytest.mark.parametrize("heads, width, empty_rows, loop_only_rows", KERNEL_CASES)
 @pytest.mark.parametrize("with_dropout", [False, True])
-def test_native_kernel_equals_the_torch_fallback(heads, width, empty_rows, loop_only_rows, with_dropout):
+def test_each_kernel_equals_the_plain_autograd_reference(kernel, heads, width, empty_rows, loop_only_rows,
+                                                         with_dropout):
     op = random_operator(30, 45, 160, seed=heads * 10 + width, empty_rows=empty_rows, loop_only_rows=loop_only_rows)
     source, dst, bias = inputs(op, heads, width, seed=1)
     drop = dropout_for(op, heads) if with_dropout else None
     out, lse = attention(op, source, dst, heads, bias, drop, with_lse=True)
-    ref_out, ref_lse = _torch_attention(op, source, dst, heads, bias, drop, 0.2)
+    ref_out, ref_lse = reference_attention(op, source, dst, heads, bias, drop)
     assert torch.allclose(out, ref_out, atol=1e-12) and torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
     finite = torch.isfinite(ref_lse)
     assert torch.allclose(lse[finite], ref_lse[finite], atol=1e-12)
@@ -80,9 +116,8 @@ def test_native_kernel_equals_the_torch_fallback(heads, width, empty_rows, loop_
         assert torch.allclose(out[rows], own + bias.detach(), atol=1e-12)
 
 
-@needs_native
 @pytest.mark.parametrize("heads, width, empty_rows, loop_only_rows", KERNEL_CASES)
-def test_native_kernel_passes_gradcheck(heads, width, empty_rows, loop_only_rows):
+def test_each_kernel_passes_gradcheck(kernel, heads, width, empty_rows, loop_only_rows):
     op = random_operator(12, 16, 40, seed=heads + width, empty_rows=empty_rows, loop_only_rows=loop_only_rows)
     source, dst, bias = inputs(op, heads, width, seed=2)
     drop = dropout_for(op, heads, 0.3)
@@ -93,6 +128,41 @@ def test_native_kernel_passes_gradcheck(heads, width, empty_rows, loop_only_rows
         return out, lse[finite]
 
     assert torch.autograd.gradcheck(f, (source, dst, bias))
+
+
+def test_the_torch_formulation_forms_no_edge_by_feature_tensor(monkeypatch):
+    """What a GPU runs must not form [E x H x C]: every tensor made in its forward and backward, recorded as it is
+    made, holds at most max(one chunk, E x H, nodes x width) elements, against E x H x C = 16x that bound here."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from gnn_dist.kernels import attention as module
+
+    monkeypatch.setattr(module, "native_module", lambda: None)
+    monkeypatch.setattr(module, "EDGE_CHUNK_ELEMENTS", 4096)
+    heads, width = 4, 64
+    op = random_operator(200, 200, 6000, seed=11)
+    n_edges = op.matrix.col_indices().numel()
+    source, dst, bias = inputs(op, heads, width, seed=12, dtype=torch.float32)
+    drop = dropout_for(op, heads, 0.3)
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            for t in result if isinstance(result, (tuple, list)) else (result,):
+                if isinstance(t, torch.Tensor):
+                    Largest.numel = max(Largest.numel, t.numel())
+            return result
+
+    with Largest():
+        out, lse = attention(op, source, dst, heads, bias, drop, with_lse=True)
+        (out * out).sum().backward()
+    bound = max(4096, n_edges * heads, 200 * (heads * width + heads))
+    assert n_edges * heads * width >= 16 * bound
+    assert 0 < Largest.numel <= bound, (Largest.numel, bound)
+    ref_out, _ = reference_attention(op, source.detach(), dst.detach(), heads, bias.detach(), drop)
+    assert torch.allclose(out, ref_out, atol=1e-5)
 
 
 def test_attention_dropout_keeps_its_share_and_depends_on_the_ids_only():
@@ -191,7 +261,7 @@ def test_blockwise_backward_with_the_whole_rows_statistics_equals_the_whole_back
     op = random_operator(30, 45, 220, seed=7)
     source, dst, _ = inputs(op, heads, 4, seed=8)
     drop = dropout_for(op, heads, 0.3)
-    out, lse = _torch_attention(op, source, dst, heads, None, drop, 0.2)
+    out, lse = reference_attention(op, source, dst, heads, None, drop)
     g = torch.randn_like(out)
     want_source, want_dst = torch.autograd.grad((out * g).sum(), [source, dst])
     delta = (g.view(30, heads, -1) * out.detach().view(30, heads, -1)).sum(-1)

@@ -1,10 +1,9 @@
 """The torch formulations of every kernel (GNN_DIST_KERNEL=torch: sparse CSR products, the edge softmax and
-aggregation of GAT (which, unlike the native kernel, forms an [E x H x C] product), keyed dropout with torch
-integer ops) held to the same
-exactness tests against PyG as the native kernels: GCN and SAGE at P = 1 and 3, GAT at P = 1, 2 and 4, the
-sampled step of each model. These are the formulations a device without the C++ kernels runs, so CI exercises
-them here. The tests are the ones of test_halo_fake, test_gat and test_sampled, collected again in this module,
-where every test runs with the native kernels switched off."""
+aggregation of GAT (by edge chunks, no [E x H x C] product: tests/test_gat.py), keyed dropout with torch
+integer ops) held to the same exactness tests against PyG as the native kernels: GCN and SAGE at P = 1 and 3,
+GAT at P = 1, 2 and 4, the sampled step of each model. These are the formulations a device without the C++
+kernels runs, so CI exercises them here. The tests are the ones of test_halo_fake, test_gat and test_sampled,
+collected again in this module, where every test runs with the native kernels switched off."""
 from __future__ import annotations
 
 import pytest
