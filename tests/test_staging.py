@@ -6,6 +6,7 @@
 - The CPU path is untouched: no wrapper, no copies.
 - The native kernels refuse, at their door, a tensor that is not on the host.
 - `--device cuda` without a GPU is one line.
+- Sampled batches move through host buffers kept from step to step (BatchMover), the path a GPU takes.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from gnn_dist.comm import Comm
 from gnn_dist.device import HOST, device_comm, rank_device
 from gnn_dist.kernels.native import native_module
 from gnn_dist.simulated_ranks import run_fake_ranks, solo_comm
-from gnn_dist.staging import STAGING_ENV, StagedComm
+from gnn_dist.staging import STAGING_ENV, BatchMover, StagedComm
 from tests.conftest import train_many
 
 
@@ -85,6 +86,29 @@ def test_a_non_blocking_receive_lands_only_at_wait():
     for before, after in run_fake_ranks(2, body):
         assert torch.equal(before, torch.full((2, 2), -1.0))  # simulated ranks deliver at once: into the buffer
         assert torch.equal(after, torch.tensor([[0.0, 0.0], [1.0, 1.0]]))
+
+
+def test_a_batch_mover_keeps_its_buffers_and_never_lets_a_batch_share_them():
+    """Batches of every size arrive intact; a smaller batch reuses the buffers, a larger one grows them; a moved
+    batch never aliases a buffer, so preparing the next batch cannot overwrite the one being trained."""
+    mover = BatchMover(HOST, always=True)
+    first = [torch.randn(100, 8), torch.arange(100, dtype=torch.int64), torch.arange(300, dtype=torch.int64) % 7]
+    moved_first = mover.move(first)
+    buffers = [b.data_ptr() for b in mover.host]
+    second = [torch.randn(60, 8), torch.arange(60, dtype=torch.int64) + 5, torch.arange(0, dtype=torch.int64)]
+    moved_second = mover.move(second)
+    assert [b.data_ptr() for b in mover.host] == buffers  # smaller: the same buffers
+    for sent, got in ((first, moved_first), (second, moved_second)):
+        for a, b in zip(sent, got):
+            assert torch.equal(a, b) and a.dtype == b.dtype and (a.numel() == 0 or b.data_ptr() != a.data_ptr())
+    for got in moved_second:
+        assert all(not (h.data_ptr() <= got.data_ptr() < h.data_ptr() + max(1, h.numel())) for h in mover.host)
+    third = [torch.randn(500, 8), torch.arange(500, dtype=torch.int64), torch.arange(2000, dtype=torch.int64)]
+    assert all(torch.equal(a, b) for a, b in zip(third, mover.move(third)))
+    assert mover.host[0].numel() >= 500 * 8 * 4 and mover.host[0].data_ptr() != buffers[0]  # larger: grown
+    assert mover.moved_bytes == sum(t.numel() * t.element_size() for t in first + second + third)
+    unmoved = BatchMover(HOST)  # the CPU path: no copy at all
+    assert all(a is b for a, b in zip(first, unmoved.move(first)))
 
 
 def test_the_cpu_path_is_not_wrapped(monkeypatch):

@@ -16,6 +16,13 @@ link prediction's mode (gnn_dist.training.link_mini_batch) overrides
 `training_items`, `batch_seeds` and `batch_loss` to draw positive edges and
 score pairs. Sampling, feature fetching, the cache and the gradient
 synchronisation are shared.
+
+Step k+1's batch is prepared (sampled, gathered, its copies to the device
+queued: gnn_dist.staging.BatchMover) between step k's backward and its
+gradient allreduce, so on a GPU the host's sampling overlaps the device's
+compute. Every rank prepares in the same order, so the sampler's collectives
+still pair up, and the draws are keyed by (epoch, step), so the order changes
+no number.
 """
 from __future__ import annotations
 
@@ -31,16 +38,20 @@ from gnn_dist.keyed_random import sampled_stream_key
 from gnn_dist.layer_stack import forward_blocks
 from gnn_dist.models import model_class
 from gnn_dist.sampler import DistributedSampler
+from gnn_dist.staging import BatchMover, staging_forced
 from gnn_dist.training.full_batch import check_finite
 from gnn_dist.training.gradients import flat_buffer, sync_gradients
 from gnn_dist.training.state import max_over_ranks, sum_over_ranks
 
 
-def on_device(x: torch.Tensor, blocks: list, device: torch.device) -> tuple[torch.Tensor, list]:
-    """A sampled batch (drawn and gathered on the host) moved to the device it trains on; unchanged on the host."""
-    if device.type == "cpu":
-        return x, blocks
-    return x.to(device), [dataclasses.replace(b, dst=b.dst.to(device), src=b.src.to(device)) for b in blocks]
+@dataclasses.dataclass
+class PreparedBatch:
+    """A step's batch, sampled, gathered and on the device: what the step trains on."""
+
+    x: torch.Tensor       # [n_nodes, F]: the input rows of every sampled node
+    blocks: list          # gnn_dist.sampler.Block, outermost level first
+    node_ids: torch.Tensor  # int64 [n_nodes]: their global ids (keys of the dropout masks)
+    targets: object       # what batch_loss needs of the batch
 
 
 class MiniBatchMode:
@@ -69,6 +80,7 @@ class MiniBatchMode:
             # counting pass's few steps). The refill fetches only rows not cached yet.
             self.store.count_requests = True
         self.epochs_trained = 0
+        self.mover = BatchMover(state.device, always=staging_forced())
 
     # Loss terms per training item (a node here; a positive and its negatives for link prediction): the global
     # count of terms that scales each step's gradient, divided by this, is the items the step processed.
@@ -108,6 +120,19 @@ class MiniBatchMode:
         self.store.fill_cache(ids, hits, int(self.config.feature_cache_mb * 2**20))
         self.sampler.counters.reset()
 
+    def prepare(self, epoch: int, step: int, batch: np.ndarray) -> tuple[PreparedBatch, float]:
+        """Sample the step's neighbourhoods, gather their input rows and queue their copies to the device;
+        (the batch, the seconds spent moving it, which count as compute as they always have)."""
+        seeds, targets = self.batch_seeds(epoch, batch)
+        nodes, blocks = self.sampler.sample(seeds, epoch, step)
+        x = self.store.gather(nodes)
+        start = time.perf_counter()
+        edges = [t for b in blocks for t in (b.dst, b.src)]
+        ids = torch.from_numpy(nodes)  # host: the mover takes it to the device with the rest of the batch
+        x, node_ids, *edges = self.mover.move([x, ids, *edges])
+        blocks = [dataclasses.replace(b, dst=edges[2 * i], src=edges[2 * i + 1]) for i, b in enumerate(blocks)]
+        return PreparedBatch(x, blocks, node_ids, targets), time.perf_counter() - start
+
     def train_epoch(self, epoch: int) -> dict:
         state = self.state
         model, counters = state.model, self.sampler.counters
@@ -120,19 +145,24 @@ class MiniBatchMode:
             counters.fetch_s += time.perf_counter() - start
         model.train()
         losses, seeds_total, compute_s = [], 0, 0.0
-        for step, batch in enumerate(self.batches(epoch)):
-            seeds, targets = self.batch_seeds(epoch, batch)
-            nodes, blocks = self.sampler.sample(seeds, epoch, step)
-            x = self.store.gather(nodes)
+        batches = self.batches(epoch)
+        upcoming, move_s = self.prepare(epoch, 0, batches[0]) if batches else (None, 0.0)
+        for step in range(len(batches)):
+            batch, compute_s = upcoming, compute_s + move_s
             start = time.perf_counter()
-            x, blocks = on_device(x, blocks, state.device)
-            operators = [self.model_class.block_operator(b) for b in reversed(blocks)]
+            operators = [self.model_class.block_operator(b) for b in reversed(batch.blocks)]
             state.optimizer.zero_grad(set_to_none=False)
             keys = [sampled_stream_key(state.config.seed, epoch, step, state.ctx.rank, k)
                     for k in range(len(operators))]
-            out = forward_blocks(model, x, operators, torch.from_numpy(nodes).to(state.device), keys)
-            loss_sum, terms = self.batch_loss(out, targets)
+            out = forward_blocks(model, batch.x, operators, batch.node_ids, keys)
+            loss_sum, terms = self.batch_loss(out, batch.targets)
             loss_sum.backward()
+            compute_s += time.perf_counter() - start
+            # The next batch is sampled, gathered and queued for the device while the device computes this one
+            # (on a GPU the kernels above run asynchronously); its draws are keyed by (epoch, step), not by when.
+            if step + 1 < len(batches):
+                upcoming, move_s = self.prepare(epoch, step + 1, batches[step + 1])
+            start = time.perf_counter()
             global_loss_sum, global_terms = sync_gradients(state.exchanger, self.params, self.flat,
                                                            [loss_sum.detach(), float(terms)],
                                                            divisor=lambda totals: max(totals[1], 1.0))
