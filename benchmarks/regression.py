@@ -65,6 +65,8 @@ def train(tree: Path, work: Path, parts: Path, num_parts: int, model: str, mode:
                "--num-layers", "3", "--eval-every", str(args.epochs), "--no-progress", "--metrics-out", str(metrics)]
     if model == "gat":
         options += ["--heads", "4", "--hidden", str(max(1, args.hidden // 4))]
+    if mode == "sampled":
+        options += ["--fanouts", "10,10,10"]  # one per layer: the default's two would be refused for 3 layers
     done = subprocess.run([mpiexec(), "-n", str(num_parts), sys.executable, "-m", "gnn_dist", "train", "--parts",
                            str(parts), *options], capture_output=True, text=True, cwd=tree, env=tree_env(tree, work),
                           timeout=args.timeout)
