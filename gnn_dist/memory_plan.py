@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from gnn_dist import sparse_features
 from gnn_dist.config import DEFAULT_HALO_BLOCK_ROWS, FEATURE_DTYPES, ModelConfig
 from gnn_dist.host_memory import PROCESS_BYTES, readable_bytes
+from gnn_dist.kernels.attention import torch_backward_elements
+from gnn_dist.kernels.native import torch_forced
 from gnn_dist.models import model_class
 from gnn_dist.partition.format import PartShape
 from gnn_dist.schedules import parse_schedule
@@ -288,7 +290,10 @@ def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
         i, o, options = widths[k]
         aggregate_first, w = conv.aggregation(i, o, **options)
         if conv.attention:
-            live.alloc("attention buffers", 2 * z.entries * options.get("heads", 1) * FLOAT)
+            heads = options.get("heads", 1)
+            # The native kernel keeps two [E x H] buffers; the torch formulation (GNN_DIST_KERNEL=torch) more.
+            extra = torch_backward_elements(z.entries, heads, (w - heads) // heads) if torch_forced() else 0
+            live.alloc("attention buffers", (2 * z.entries * heads + extra) * FLOAT)
         if aggregate_first:
             if k == 0:
                 break  # the first layer aggregates constant inputs: only its weight gradient remains

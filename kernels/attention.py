@@ -168,13 +168,22 @@ class _NativeAttention(torch.autograd.Function):
 
 
 # The torch formulation's edges go through [chunk x H x C] products of at most this many elements, so no
-# [E x H x C] tensor is formed (64 MiB in fp32): what a device without the native kernel runs.
-EDGE_CHUNK_ELEMENTS = 1 << 24
+# [E x H x C] tensor is formed (16 MiB in fp32; the backward holds three such products at once): what a device
+# without the native kernel runs.
+EDGE_CHUNK_ELEMENTS = 1 << 22
 
 
 def _edge_chunks(n_edges: int, per_edge: int) -> list[slice]:
     step = max(1, EDGE_CHUNK_ELEMENTS // max(1, per_edge))
     return [slice(start, min(start + step, n_edges)) for start in range(0, n_edges, step)]
+
+
+def torch_backward_elements(entries: int, heads: int, width: int) -> int:
+    """Elements the torch formulation's backward holds at its peak beyond the native kernel's two [E x H] buffers
+    (what the memory plan adds when it runs): five more [E x H] tensors (scores, attention, its kept share,
+    dL/dalpha, dz) and one chunk's three [chunk x H x C] products (rows gathered, columns gathered, product)."""
+    chunk_edges = min(entries, max(1, EDGE_CHUNK_ELEMENTS // max(1, heads * width)))
+    return 5 * entries * heads + 3 * chunk_edges * heads * width
 
 
 def _entries(op: SparseOperator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,11 +26,16 @@ _module = None
 _failed: str | None = None
 
 
+def torch_forced() -> bool:
+    """GNN_DIST_KERNEL=torch: the torch formulations run even where the native kernel could (cheap: no build)."""
+    return os.environ.get(KERNEL_ENV, "auto") == "torch"
+
+
 def native_module():
     """The compiled module, or None (after one warning) when it cannot be built or is switched off."""
     global _module, _failed
     choice = os.environ.get(KERNEL_ENV, "auto")
-    if choice == "torch":
+    if torch_forced():
         return None
     if _module is not None or _failed is not None:
         if _failed is not None and choice == "native":
