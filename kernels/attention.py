@@ -180,7 +180,7 @@ def _edge_chunks(n_edges: int, per_edge: int) -> list[slice]:
 
 def torch_backward_elements(entries: int, heads: int, width: int) -> int:
     """Elements the torch formulation's backward holds at its peak beyond the native kernel's two [E x H] buffers
-    (what the memory plan adds when it runs): five more [E x H] tensors (scores, attention, its kept share,
+    (what the memory plan adds when it runs): five more [E x H] tensors (scores, attention, the dropout factors,
     dL/dalpha, dz) and one chunk's three [chunk x H x C] products (rows gathered, columns gathered, product)."""
     chunk_edges = min(entries, max(1, EDGE_CHUNK_ELEMENTS // max(1, heads * width)))
     return 5 * entries * heads + 3 * chunk_edges * heads * width
@@ -228,14 +228,15 @@ def _torch_backward(op: SparseOperator, source: torch.Tensor, dst_score: torch.T
     g = grad_out.reshape(n_rows, heads, hc // heads)
     z = a_src[col] + dst_score[row]
     alpha = torch.exp(torch.nn.functional.leaky_relu(z, slope) - lse[row])  # [E, H]
-    kept = alpha if dropout is None else alpha * dropout.factors(row, col, alpha.dtype)  # alpha x keep / (1-p)
+    factors = None if dropout is None else dropout.factors(row, col, alpha.dtype)  # keep / (1-p), hashed once
     dot = torch.empty_like(alpha)  # dL/dalpha = keep / (1-p) x <g[row], x[col]>, chunk by chunk
     grad_x = torch.zeros_like(x)
     for part in _edge_chunks(len(col), hc):
+        kept = alpha[part] if factors is None else alpha[part] * factors[part]
         dot[part] = (g[row[part]] * x[col[part]]).sum(-1)
-        grad_x.index_add_(0, col[part], kept[part, :, None] * g[row[part]])
-    if dropout is not None:
-        dot.mul_(dropout.factors(row, col, dot.dtype))
+        grad_x.index_add_(0, col[part], kept[:, :, None] * g[row[part]])
+    if factors is not None:
+        dot.mul_(factors)
     if row_delta is None:
         row_delta = dot.new_zeros(n_rows, heads).index_add_(0, row, alpha * dot)
     shift = row_delta[row] if grad_lse is None else row_delta[row] - grad_lse[row]

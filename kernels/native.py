@@ -35,7 +35,7 @@ def native_module():
     """The compiled module, or None (after one warning) when it cannot be built or is switched off."""
     global _module, _failed
     choice = os.environ.get(KERNEL_ENV, "auto")
-    if torch_forced():
+    if choice == "torch":
         return None
     if _module is not None or _failed is not None:
         if _failed is not None and choice == "native":
