@@ -10,7 +10,7 @@ that reads them (the compute stream waits on the side stream's event), so a
 non-blocking exchange (the pipeline schedule) still overlaps compute: the
 copy back is queued when its `wait()` is called, not before.
 
-Host buffers are kept per (slot, size) and reused every epoch, like the
+Host buffers are kept per power-of-two size bucket and reused every epoch, like the
 workspace allocator does for the host heap: the steady state pins no new
 memory (pinning is slow, and pinned pages cannot be swapped).
 
@@ -37,22 +37,42 @@ def staging_forced() -> bool:
     return value == "always"
 
 
+def bucket_bytes(nbytes: int) -> int:
+    """The size of the host buffer that serves `nbytes`: the next power of two, at least MIN_BUCKET_BYTES.
+
+    Keyed by exact size, a pool would keep one buffer for every payload size it ever saw, and bns, adaptive
+    and sampled mode send a different number of rows every epoch: the pinned pool would grow for the whole
+    run. Power-of-two buckets bound it (at most twice the largest payload per buffer held at once, summed
+    over the buckets below it), and torch's pinned allocator rounds to powers of two anyway."""
+    return max(MIN_BUCKET_BYTES, 1 << max(0, int(nbytes) - 1).bit_length())
+
+
+MIN_BUCKET_BYTES = 4096
+
+
 class _Buffers:
-    """Host buffers by (role, bytes), reused across epochs; pinned when a GPU is there to copy from."""
+    """Host buffers by size bucket (bucket_bytes), reused across epochs; pinned when a GPU is there to copy from."""
 
     def __init__(self, pin: bool):
         self.pin = pin
         self._free: dict[int, list[torch.Tensor]] = {}
+        self.held_bytes = 0  # every buffer ever made, free or in use: what the pool adds to the host's memory
 
     def take(self, like: torch.Tensor) -> torch.Tensor:
         nbytes = like.numel() * like.element_size()
-        pool = self._free.get(nbytes)
-        raw = pool.pop() if pool else torch.empty(nbytes, dtype=torch.uint8, device="cpu", pin_memory=self.pin)
-        return raw.view(like.dtype).view(like.shape)
+        bucket = bucket_bytes(nbytes)
+        pool = self._free.get(bucket)
+        if pool:
+            raw = pool.pop()
+        else:
+            raw = torch.empty(bucket, dtype=torch.uint8, device="cpu", pin_memory=self.pin)
+            self.held_bytes += bucket
+        return raw[:nbytes].view(like.dtype).view(like.shape)
 
     def give_back(self, buffer: torch.Tensor) -> None:
         raw = buffer.reshape(-1).view(torch.uint8)
-        self._free.setdefault(raw.numel(), []).append(raw)
+        whole = raw.untyped_storage()
+        self._free.setdefault(whole.nbytes(), []).append(torch.empty(0, dtype=torch.uint8).set_(whole))
 
 
 class _Streams:

@@ -20,7 +20,7 @@ from gnn_dist.comm import Comm
 from gnn_dist.device import HOST, device_comm, rank_device
 from gnn_dist.kernels.native import native_module
 from gnn_dist.simulated_ranks import run_fake_ranks, solo_comm
-from gnn_dist.staging import STAGING_ENV, BatchMover, StagedComm
+from gnn_dist.staging import STAGING_ENV, BatchMover, StagedComm, bucket_bytes
 from tests.conftest import train_many
 
 
@@ -69,6 +69,37 @@ def test_staged_exchanges_deliver_what_unstaged_ones_do():
     assert all(w.staged_bytes > 0 for w in staged_comms)
     expected_sum = torch.full((3,), 1.0 + 2.0 + 3.0)
     assert torch.equal(plain[0]["sum"], expected_sum) and torch.equal(plain[1]["bcast"], torch.full((2,), 2.0))
+
+
+def test_the_host_pool_stays_bounded_when_every_exchange_has_a_new_size():
+    """bns, adaptive and sampled mode send a different number of rows every epoch; the pool must not keep a
+    buffer per size ever seen (pinned memory that grew for the whole run), yet every payload still arrives."""
+    rounds, width = 60, 4
+
+    def body(comm):
+        wrapper = StagedComm(comm, HOST, always=True)
+        generator = np.random.default_rng(comm.rank)
+        largest = 0
+        for round_ in range(rounds):
+            # both ranks must agree on the counts: peer p sends what p's row of a shared matrix says
+            shared = np.random.default_rng(round_).integers(1, 300, size=(comm.size, comm.size))
+            send_counts, recv_counts = shared[comm.rank], shared[:, comm.rank]
+            send = torch.from_numpy(generator.standard_normal((int(send_counts.sum()), width))).float()
+            recv = torch.zeros(int(recv_counts.sum()), width)
+            plain = torch.zeros_like(recv)
+            comm.alltoallv(send, send_counts, plain, recv_counts)
+            wrapper.alltoallv(send, send_counts, recv, recv_counts)
+            assert torch.equal(recv, plain)
+            largest = max(largest, send.numel() * 4, recv.numel() * 4)
+        buffers = sum(len(pool) for pool in wrapper.buffers._free.values())
+        return buffers, wrapper.buffers.held_bytes, largest
+
+    for buffers, held, largest in run_fake_ranks(2, body):
+        # two buffers in use at once (send, receive) per size bucket; the buckets at or below the largest
+        # payload's sum to less than twice its bucket
+        assert buffers <= 2 * (bucket_bytes(largest).bit_length() - bucket_bytes(1).bit_length() + 1)
+        assert held <= 2 * 2 * bucket_bytes(largest)
+        assert buffers < rounds  # an exact-size pool keeps about one per round
 
 
 def test_a_non_blocking_receive_lands_only_at_wait():
