@@ -34,7 +34,7 @@ from gnn_dist.supervise import EXIT_FAILED, EXIT_SETUP, option_values, supervise
 EXIT_ERROR = EXIT_FAILED  # a rank failed or hung: the job was aborted
 EXIT_USAGE = 2
 # train's options that also shape inspect's byte prediction and memory plan
-INSPECT_OPTIONS = ("schedule", "halo_dtype", "halo_memory", "halo_block_rows", "feature_dtype")
+INSPECT_OPTIONS = ("schedule", "halo_dtype", "halo_memory", "halo_block_rows", "feature_dtype", "device")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -181,7 +181,7 @@ def cmd_inspect(args) -> int:
                                    link=_validated(LinkConfig(**options_from_args(LinkConfig, args))),
                                    memory=PlanConfig(model=model, halo_memory=args.halo_memory, schedule=args.schedule,
                                                      halo_block_rows=args.halo_block_rows,
-                                                     feature_dtype=args.feature_dtype))
+                                                     feature_dtype=args.feature_dtype, device=args.device))
     except (PartitionFormatError, OSError, ValueError) as err:
         return _fail("inspect", str(err))
     print(json.dumps(report) if args.json else format_report(report))

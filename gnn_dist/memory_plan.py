@@ -25,7 +25,7 @@ from gnn_dist import sparse_features
 from gnn_dist.config import DEFAULT_HALO_BLOCK_ROWS, FEATURE_DTYPES, ModelConfig
 from gnn_dist.host_memory import PROCESS_BYTES, readable_bytes
 from gnn_dist.kernels.attention import torch_backward_elements
-from gnn_dist.kernels.native import torch_forced
+from gnn_dist.kernels.native import torch_formulations_run
 from gnn_dist.models import model_class
 from gnn_dist.partition.format import PartShape
 from gnn_dist.schedules import parse_schedule
@@ -37,6 +37,9 @@ INDEX = 8
 # sort key and order of the CSR build, and their gathered copies (bytes per operator entry, counted from
 # gnn_dist.local_graph.normalised_rows and gnn_dist.kernels.spmm._csr).
 SETUP_BYTES_PER_ENTRY = 64
+# A GPU rank receives the entries normalised (int64 rows and columns, float32 values: 20 bytes) and sorts them
+# into CSR on the device: the sort key and order (16) and the gathered copies (20).
+DEVICE_SETUP_BYTES_PER_ENTRY = 56
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class PlanConfig:
     decoder: str = "dot"     # --task link
     negatives: str = "source"  # --task link: pairs draws (and fetches) each negative's source too
     mode: str = "full"       # full-batch training (sampled: the sparse first layer's copy is not made)
+    device: str = "cpu"      # cuda: the plan is the GPU's (plan_part) and the host's is plan_host's
 
 
 @dataclass
@@ -69,7 +73,7 @@ class MemoryPlan:
         return ", ".join(f"{name} {readable_bytes(value)}" for name, value in largest if value)
 
 
-class _Liveness:
+class Liveness:
     """Bytes alive, allocation by allocation; remembers the largest total and what made it up."""
 
     def __init__(self, base: dict):
@@ -92,6 +96,14 @@ class _Liveness:
         self.alive[new] = self.alive.get(new, 0) + self.alive.pop(old, 0)
 
 
+def torch_kernels(config: PlanConfig) -> bool:
+    """Whether the torch formulations run: always on a GPU (the native kernels serve host tensors only), and on
+    CPUs under GNN_DIST_KERNEL=torch or when the native kernel could not be built. They keep more than the
+    native kernels (the dropout's byte mask and the ReLU's output beside it, GAT's [E x H] tensors), and the
+    plan counts what runs."""
+    return config.device != "cpu" or torch_formulations_run()
+
+
 @dataclass(frozen=True)
 class _Sizes:
     n: int
@@ -102,6 +114,14 @@ class _Sizes:
     feature_bytes: int
     sequential: bool
     entries: int        # the operator's entries (self loops included)
+    torch_kernels: bool  # torch_kernels(config)
+
+
+def parameter_count(model: ModelConfig, widths) -> int:
+    """The model's trainable values: its layers' and BatchNorm's after the hidden layers."""
+    conv = model_class(model.model)
+    params = sum(conv.parameter_count(i, o, **options) for i, o, options in widths)
+    return params + (2 * sum(o for _, o, _ in widths[:-1]) if model.batch_norm else 0)
 
 
 def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_classes: int) -> dict[str, MemoryPlan]:
@@ -113,18 +133,20 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     conv = model_class(model.model)
     nnz = shape.entries + (n if conv.self_loops else 0)
     widths = model.layers(num_features, num_classes)
-    params = sum(conv.parameter_count(i, o, **options) for i, o, options in widths)
-    params += 2 * sum(o for _, o, _ in widths[:-1]) if model.batch_norm else 0  # BatchNorm after hidden layers
+    params = parameter_count(model, widths)
     peers = [r for r in shape.received_per_peer if r]
     bound = config.halo_block_rows if config.halo_block_rows > 0 else None
     block = min(max(peers, default=0), bound or h)
     sent_block = min(max(shape.sent_per_peer, default=0), bound or S)
     touched = min(n, shape.cut_entries * block // h) if h else 0
-    sizes = _Sizes(n, h, block, sent_block, touched, feature_bytes, sequential, nnz)
+    sizes = _Sizes(n, h, block, sent_block, touched, feature_bytes, sequential, nnz, torch_kernels(config))
+    on_gpu = config.device != "cpu"
 
     blocks = sum(-(-r // (bound or r)) for r in peers)
+    # On a GPU every tensor below lives on the device; the process itself, the part file and the staging
+    # buffers are the host's (plan_host).
     persistent = {
-        "process": PROCESS_BYTES,
+        "process": 0 if on_gpu else PROCESS_BYTES,
         "input features": (n + h) * num_features * feature_bytes,
         "operator": nnz * 2 * (FLOAT + 4) + (2 * n + h + 2) * 4
         + (blocks * 8 + min(shape.cut_entries, n * blocks) * (INDEX + 8) if sequential else 0),
@@ -143,22 +165,22 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
         schedules = parse_schedule(config.schedule).per_layer(len(exchanged))
         persistent["schedule caches"] = sum(s.cached_rows(h, S) * w for s, w in zip(schedules, exchanged)) * FLOAT
 
-    setup = _Liveness({"process": PROCESS_BYTES})
-    setup.alloc("part file", n * (num_features * FLOAT + 4 * INDEX + 3) + h * (3 * INDEX + 4)
-                + shape.entries * INDEX + S * INDEX)
-    setup.alloc("operator build", nnz * SETUP_BYTES_PER_ENTRY)
+    setup = Liveness({"process": persistent["process"]})
+    setup.alloc("part file", 0 if on_gpu else part_file_bytes(shape, num_features))
+    # on a GPU the normalisation terms are computed on the host: the device sees the CSR build only
+    setup.alloc("operator build", nnz * (DEVICE_SETUP_BYTES_PER_ENTRY if on_gpu else SETUP_BYTES_PER_ENTRY))
     setup.alloc("operator", persistent["operator"])
 
     link = shape.link if config.task == "link" else None
     if link is not None:
         persistent["link pairs"] = _link_pairs_bytes(link)
-    train = _Liveness(persistent)
+    train = Liveness(persistent)
     _forward(train, config, widths, sizes, training=True, loss=link is None)
     if link is not None:
         _link_scoring(train, config, link, n, widths[-1][1])
     _backward(train, config, widths, sizes)
 
-    evaluation = _Liveness(persistent)
+    evaluation = Liveness(persistent)
     _forward(evaluation, config, widths, sizes, training=False)
     if link is not None:
         _link_evaluation(evaluation, link, n, widths[-1][1])
@@ -168,8 +190,15 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
 
 
 def plan_part(shape: PartShape, config: PlanConfig, num_features: int, num_classes: int) -> MemoryPlan:
-    """Predicted peak resident bytes of the rank that trains this part: the largest of its phases."""
+    """Predicted peak resident bytes of the rank that trains this part: the largest of its phases (on a GPU, the
+    device's bytes: what torch.cuda.max_memory_allocated reports)."""
     return max(plan_phases(shape, config, num_features, num_classes).values(), key=lambda plan: plan.peak)
+
+
+def part_file_bytes(shape: PartShape, num_features: int) -> int:
+    """The part file's arrays as loaded (gnn_dist.partition.format)."""
+    n, h, S = shape.owned, shape.halo, shape.sent
+    return n * (num_features * FLOAT + 4 * INDEX + 3) + h * (3 * INDEX + 4) + shape.entries * INDEX + S * INDEX
 
 
 def _link_pairs_bytes(link) -> int:
@@ -186,7 +215,7 @@ def _distinct_remote(link, n: int, draws: int) -> int:
     return int((link.num_nodes - n) * -math.expm1(-draws / link.num_nodes))
 
 
-def _link_scoring(live: _Liveness, config: PlanConfig, link, n: int, width: int) -> None:
+def _link_scoring(live: Liveness, config: PlanConfig, link, n: int, width: int) -> None:
     """gnn_dist.training.link_full_batch: the negatives and the exchange's plan (numpy), [owned | fetched]
     embeddings, every pair's rows, and the decoder's saved tensors; their gradients in the backward."""
     ratio = config.neg_ratio
@@ -213,7 +242,7 @@ def _link_scoring(live: _Liveness, config: PlanConfig, link, n: int, width: int)
     live.alloc("loss", 0)
 
 
-def _link_evaluation(live: _Liveness, link, n: int, width: int) -> None:
+def _link_evaluation(live: Liveness, link, n: int, width: int) -> None:
     """gnn_dist.link.evaluation, the larger of the two held-out sets: [owned | fetched] rows of its endpoints and
     MRR candidates, the positive and negative pairs' rows, and one chunk of MRR candidates."""
     from gnn_dist.link.evaluation import SCORE_CHUNK_PAIRS
@@ -225,7 +254,7 @@ def _link_evaluation(live: _Liveness, link, n: int, width: int) -> None:
     live.alloc("scoring", ((n + fetched) + 2 * (worst[0] + worst[1]) + 3 * chunk) * width * FLOAT + 3 * ends * INDEX)
 
 
-def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: bool, loss: bool = True) -> None:
+def _forward(live: Liveness, config: PlanConfig, widths, z: _Sizes, training: bool, loss: bool = True) -> None:
     """The model's forward (gnn_dist.layer_stack.LayerStack.forward; evaluation differs only in what it keeps)."""
     model = config.model
     conv = model_class(model.model)
@@ -243,10 +272,17 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
                 live.alloc("batchnorm temporaries", 2 * n * i * FLOAT)
                 live.free("batchnorm temporaries")
                 live.alloc(f"saved norm {k}", n * i * FLOAT if training else 0)  # x_hat
-            live.rename("layer output", "layer input")  # ReLU and dropout run in place
-            if training:
-                # one bit per element, rows padded to whole bytes (the native kernel; torch's fallback keeps a byte)
-                live.alloc(f"saved mask {k}", n * ((i + 7) // 8) if p > 0 else 0)
+            if training and p > 0 and z.torch_kernels:
+                # torch's ReLU (in place) keeps its output for the backward, the dropout writes a new tensor
+                # beside it and keeps a byte per element (gnn_dist.dropout._KeyedDropout)
+                live.rename("layer output", f"saved relu {k}")
+                live.alloc("layer input", n * i * FLOAT)
+                live.alloc(f"saved mask {k}", n * i)
+            else:
+                live.rename("layer output", "layer input")  # ReLU and dropout run in place (the native kernel)
+                if training:
+                    # one bit per element, rows padded to whole bytes, the ReLU folded in
+                    live.alloc(f"saved mask {k}", n * ((i + 7) // 8) if p > 0 else 0)
         if not aggregate_first:
             live.alloc("transformed rows", (n + z.h if k == 0 and not z.sequential else n) * o * FLOAT)
         if z.sequential:
@@ -279,7 +315,7 @@ def _forward(live: _Liveness, config: PlanConfig, widths, z: _Sizes, training: b
     live.alloc("loss", 3 * n * widths[-1][1] * FLOAT if training and loss else 0)
 
 
-def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
+def _backward(live: Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
     """Gradients flow back layer by layer; each saved tensor goes when the step that needed it is done."""
     n = z.n
     live.free("layer output")
@@ -291,8 +327,9 @@ def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
         aggregate_first, w = conv.aggregation(i, o, **options)
         if conv.attention:
             heads = options.get("heads", 1)
-            # The native kernel keeps two [E x H] buffers; the torch formulation (GNN_DIST_KERNEL=torch) more.
-            extra = torch_backward_elements(z.entries, heads, (w - heads) // heads) if torch_forced() else 0
+            # The native kernel keeps two [E x H] buffers; the torch formulation (a GPU, or GNN_DIST_KERNEL=torch)
+            # more.
+            extra = torch_backward_elements(z.entries, heads, (w - heads) // heads) if z.torch_kernels else 0
             live.alloc("attention buffers", (2 * z.entries * heads + extra) * FLOAT)
         if aggregate_first:
             if k == 0:
@@ -313,6 +350,10 @@ def _backward(live: _Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
         live.free(f"saved input {k}")
         live.alloc("output gradient", n * i * FLOAT)  # through ReLU and dropout, into the layer below
         live.free("input gradient", f"saved mask {k}")
+        if z.torch_kernels and config.model.dropout > 0:
+            live.alloc("relu gradient", n * i * FLOAT)  # torch's ReLU backward: a second tensor
+            live.free("output gradient", f"saved relu {k}")
+            live.rename("relu gradient", "output gradient")
         if config.model.batch_norm:
             live.alloc("input gradient", n * i * FLOAT)
             live.free("output gradient", f"saved norm {k}")
@@ -325,6 +366,6 @@ def plan_config_of(train_config) -> PlanConfig:
                       halo_block_rows=train_config.halo_block_rows, feature_dtype=train_config.feature_dtype,
                       eval_chunk_nodes=train_config.eval_chunk_nodes, task=train_config.task,
                       neg_ratio=train_config.link.neg_ratio, decoder=train_config.link.decoder,
-                      negatives=train_config.link.negatives, mode=train_config.mode)
+                      negatives=train_config.link.negatives, mode=train_config.mode, device=train_config.device)
 
 

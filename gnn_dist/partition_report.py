@@ -9,6 +9,7 @@ import os
 
 from gnn_dist.config import LinkConfig, ModelConfig
 from gnn_dist.host_memory import readable_bytes
+from gnn_dist.host_plan import plan_host
 from gnn_dist.memory_plan import PlanConfig, plan_part
 from gnn_dist.partition.format import load_meta, part_shapes, verify_part_file
 from gnn_dist.traffic import exchanged_widths, predicted_halo_bytes_per_epoch
@@ -83,8 +84,10 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
                           "negatives": link.negatives, "decoder": link.decoder,
                           "predicted_score_bytes_per_epoch": train_bytes,
                           "predicted_eval_score_bytes_per_evaluation": eval_bytes}
-    plans = [plan_part(shape, memory, meta.num_features, out_dim) for shape in part_shapes(directory)]
+    shapes = part_shapes(directory)
+    plans = [plan_host(shape, memory, meta.num_features, out_dim) for shape in shapes]
     report["memory_plan"] = {
+        "device": memory.device,
         "halo_memory": memory.halo_memory, "halo_block_rows": memory.halo_block_rows,
         "feature_dtype": memory.feature_dtype, "dropout": memory.model.dropout,
         "batch_norm": memory.model.batch_norm,
@@ -94,6 +97,15 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
         "breakdown_of_largest": {name: value for name, value in max(plans, key=lambda p: p.peak).parts.items()
                                  if value},
     }
+    if memory.device != "cpu":
+        # the host's plan above; the GPU's: every tensor training makes (what torch.cuda.max_memory_allocated sees)
+        on_device = [plan_part(shape, memory, meta.num_features, out_dim) for shape in shapes]
+        report["memory_plan"].update({
+            "predicted_peak_device_bytes": max(plan.peak for plan in on_device),
+            "predicted_peak_device_bytes_per_rank": [plan.peak for plan in on_device],
+            "device_breakdown_of_largest": {name: value for name, value in
+                                            max(on_device, key=lambda p: p.peak).parts.items() if value},
+        })
     return report
 
 
@@ -141,4 +153,14 @@ def format_report(report: dict) -> str:
         f"{plan['feature_dtype']}",
         "                      largest rank at its peak: " + ", ".join(f"{k} {readable_bytes(v)}" for k, v in largest),
     ]
+    if "predicted_peak_device_bytes" in plan:
+        per_rank = ", ".join(f"{v / 2**30:.2f}" for v in plan["predicted_peak_device_bytes_per_rank"])
+        largest = sorted(plan["device_breakdown_of_largest"].items(), key=lambda kv: -kv[1])[:6]
+        lines[-2] = lines[-2].replace("  peak memory       ", "  peak host memory  ")
+        lines += [
+            f"  peak GPU memory     {plan['predicted_peak_device_bytes'] / 2**30:.2f} GiB per rank at most "
+            f"(predicted, --device {plan['device']}; per rank {per_rank} GiB)",
+            "                      largest rank at its peak: "
+            + ", ".join(f"{k} {readable_bytes(v)}" for k, v in largest),
+        ]
     return "\n".join(lines)

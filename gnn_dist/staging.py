@@ -10,7 +10,7 @@ that reads them (the compute stream waits on the side stream's event), so a
 non-blocking exchange (the pipeline schedule) still overlaps compute: the
 copy back is queued when its `wait()` is called, not before.
 
-Host buffers are kept per power-of-two size bucket and reused every epoch, like the
+Host buffers are kept and reused every epoch (the smallest free one that fits), like the
 workspace allocator does for the host heap: the steady state pins no new
 memory (pinning is slow, and pinned pages cannot be swapped).
 
@@ -27,6 +27,9 @@ import torch
 from gnn_dist.comm import Comm, CommWrapper, Pending
 
 STAGING_ENV = "GNN_DIST_STAGING"
+# Headroom of a host buffer made to replace one too small: payload sizes vary from step to step (bns, adaptive,
+# sampled batches), and pinning memory is slow.
+GROWTH = 1.25
 
 
 def staging_forced() -> bool:
@@ -37,42 +40,42 @@ def staging_forced() -> bool:
     return value == "always"
 
 
-def bucket_bytes(nbytes: int) -> int:
-    """The size of the host buffer that serves `nbytes`: the next power of two, at least MIN_BUCKET_BYTES.
-
-    Keyed by exact size, a pool would keep one buffer for every payload size it ever saw, and bns, adaptive
-    and sampled mode send a different number of rows every epoch: the pinned pool would grow for the whole
-    run. Power-of-two buckets bound it (at most twice the largest payload per buffer held at once, summed
-    over the buckets below it), and torch's pinned allocator rounds to powers of two anyway."""
-    return max(MIN_BUCKET_BYTES, 1 << max(0, int(nbytes) - 1).bit_length())
-
-
-MIN_BUCKET_BYTES = 4096
-
-
 class _Buffers:
-    """Host buffers by size bucket (bucket_bytes), reused across epochs; pinned when a GPU is there to copy from."""
+    """Host buffers reused across exchanges and epochs; pinned when a GPU is there to copy from.
+
+    A request takes the smallest free buffer that holds it. When none does, the largest free one (too small)
+    is dropped and a new buffer made in its place, with GROWTH headroom if it replaces one: bns, adaptive and
+    sampled mode send a different number of rows every epoch, and a pool keyed by exact size would keep a
+    buffer for every size it ever saw, pinned, for the whole run. This way the pool holds at most as many
+    buffers as were ever in use at once, each at most GROWTH times the largest payload it served.
+    """
 
     def __init__(self, pin: bool):
         self.pin = pin
-        self._free: dict[int, list[torch.Tensor]] = {}
-        self.held_bytes = 0  # every buffer ever made, free or in use: what the pool adds to the host's memory
+        self._free: list[torch.Tensor] = []  # raw uint8 buffers
+        self.held_bytes = 0  # every buffer the pool owns, free or in use: what it adds to the host's memory
+        self.buffers = 0
 
     def take(self, like: torch.Tensor) -> torch.Tensor:
         nbytes = like.numel() * like.element_size()
-        bucket = bucket_bytes(nbytes)
-        pool = self._free.get(bucket)
-        if pool:
-            raw = pool.pop()
+        fits = [k for k, raw in enumerate(self._free) if raw.numel() >= nbytes]
+        if fits:
+            raw = self._free.pop(min(fits, key=lambda k: self._free[k].numel()))
         else:
-            raw = torch.empty(bucket, dtype=torch.uint8, device="cpu", pin_memory=self.pin)
-            self.held_bytes += bucket
+            size = nbytes
+            if self._free:
+                replaced = self._free.pop(max(range(len(self._free)), key=lambda k: self._free[k].numel()))
+                self.held_bytes -= replaced.numel()
+                self.buffers -= 1
+                size = int(nbytes * GROWTH)
+            raw = torch.empty(size, dtype=torch.uint8, device="cpu", pin_memory=self.pin)
+            self.held_bytes += size
+            self.buffers += 1
         return raw[:nbytes].view(like.dtype).view(like.shape)
 
     def give_back(self, buffer: torch.Tensor) -> None:
-        raw = buffer.reshape(-1).view(torch.uint8)
-        whole = raw.untyped_storage()
-        self._free.setdefault(whole.nbytes(), []).append(torch.empty(0, dtype=torch.uint8).set_(whole))
+        whole = buffer.untyped_storage()
+        self._free.append(torch.empty(0, dtype=torch.uint8).set_(whole))
 
 
 class _Streams:
@@ -219,8 +222,6 @@ class BatchMover:
     on a GPU, and with GNN_DIST_STAGING=always (on the host, so the tests exercise it); otherwise it hands the
     tensors back untouched."""
 
-    GROWTH = 1.25
-
     def __init__(self, device: torch.device, always: bool = False):
         self.device = device
         self.active = device.type == "cuda" or always
@@ -239,7 +240,7 @@ class BatchMover:
             if position == len(self.host):
                 self.host.append(torch.empty(0, dtype=torch.uint8, device="cpu"))
             if self.host[position].numel() < nbytes:
-                self.host[position] = torch.empty(int(nbytes * self.GROWTH), dtype=torch.uint8, device="cpu",
+                self.host[position] = torch.empty(int(nbytes * GROWTH), dtype=torch.uint8, device="cpu",
                                                   pin_memory=self.pin)
             host = self.host[position][:nbytes].view(tensor.dtype).view(tensor.shape)
             host.copy_(tensor)
@@ -248,3 +249,13 @@ class BatchMover:
             self.moved_bytes += nbytes
             moved.append(target)
         return moved
+
+
+def staging_host_bytes(comm: Comm, mover: BatchMover | None = None) -> int | None:
+    """The host buffers a rank's staging holds (pinned on a GPU): its communicator's pool and its batch
+    mover's; None when nothing is staged (CPUs)."""
+    pool = comm.buffers.held_bytes if isinstance(comm, StagedComm) else None
+    moved = sum(raw.numel() for raw in mover.host) if mover is not None and mover.active else None
+    if pool is None and moved is None:
+        return None
+    return (pool or 0) + (moved or 0)

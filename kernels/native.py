@@ -31,6 +31,12 @@ def torch_forced() -> bool:
     return os.environ.get(KERNEL_ENV, "auto") == "torch"
 
 
+def torch_formulations_run() -> bool:
+    """Whether host tensors go through the torch formulations: GNN_DIST_KERNEL=torch, or a native build that was
+    tried and failed. It never starts a build (the memory plan asks; train has loaded the kernel by then)."""
+    return torch_forced() or _failed is not None
+
+
 def native_module():
     """The compiled module, or None (after one warning) when it cannot be built or is switched off."""
     global _module, _failed

@@ -16,6 +16,7 @@
 # Steps (each bounded by its own timeout, so a hang in one still leaves the others' results):
 #   1. the project runs from this checkout over the image's torch (PYTHONPATH; nothing is installed over it);
 #   2. the exactness tests on CUDA at P = 1 and 2 (two ranks share the one GPU): GCN, SAGE and GAT against PyG,
+#      the device memory plan against torch's allocator peak (a table of it),
 #      and full-batch and sampled runs, pipeline and int8 halos, against the CPU run (tests/test_gpu.py), with
 #      the staging tests (tests/test_staging.py);
 #   3. GCN 3x256 full-batch on synthetic:products at P = 1 against PyG's GCNConv on the same GPU, side by side:
@@ -47,7 +48,9 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device visible'" \
     || { echo "gpu_check: no CUDA device visible: run this on a GPU machine"; exit 1; }
 
-timeout 180 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_staging.py \
+printf '| model | P | rank | planned MiB | measured MiB | plan error |\n|---|---|---|---|---|---|\n' >"$OUT/plan.md"
+GNN_DIST_GPU_PLAN_REPORT="$OUT/plan.md" \
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_staging.py \
     -o junit_family=xunit2 --junitxml="$OUT/tests.xml" >"$OUT/tests.log" 2>&1
 tests_rc=$?
 {
@@ -59,7 +62,14 @@ tests_rc=$?
     echo
 } >>"$OUT/gpu-check.md"
 
-timeout 270 python3 -m gnn_dist.benchmarks.fullbatch --dataset synthetic:products --parts 1 --device cuda \
+{
+    echo "## The device memory plan against torch.cuda.max_memory_allocated (synthetic:sbm60k, 3 epochs; target 15%)"
+    echo
+    cat "$OUT/plan.md"
+    echo
+} >>"$OUT/gpu-check.md"
+
+timeout 240 python3 -m gnn_dist.benchmarks.fullbatch --dataset synthetic:products --parts 1 --device cuda \
     --pyg-paths edge_index,csr --epochs 10 --pyg-epochs 10 --rounds 2 --out "$OUT/bench" >"$OUT/bench.log" 2>&1
 bench_rc=$?
 {

@@ -1,13 +1,15 @@
 """The memory planner (gnn_dist.memory_plan) against counts made by hand, and train's refusal to start."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from gnn_dist.config import ModelConfig
 from gnn_dist.host_memory import PROCESS_BYTES, RankMemory, memory_refusal
-from gnn_dist.memory_plan import PlanConfig, plan_part, plan_phases
+from gnn_dist.host_plan import plan_host, staging_pool_bytes
+from gnn_dist.memory_plan import SETUP_BYTES_PER_ENTRY, PlanConfig, plan_part, plan_phases
 from gnn_dist.partition.format import load_meta, load_part, part_shapes
 from tests.conftest import run_cli, run_mpi
 
@@ -61,6 +63,68 @@ def test_training_peak_equals_a_count_by_hand(partitioned, halo_memory):
     backward = max(saved0 + mask + n * H * f + n * C * f + halo_grad + n * C * f,  # through the aggregation
                    saved0 + mask + n * H * f + n * H * f)                          # through ReLU and dropout
     assert train.peak == held + max(layer0, layer1, loss, backward)
+
+
+def test_a_gpu_ranks_device_peak_equals_a_count_by_hand(partitioned):
+    """The same GCN on a GPU: no process baseline (the host's), and the torch formulation of ReLU and dropout
+    that a GPU runs keeps the ReLU's output beside the dropped copy, with a byte mask instead of a bit."""
+    directory, shape, meta = _tiny_shape(partitioned)
+    F, H, C = meta.num_features, 32, meta.num_classes
+    n, h, S, nnz = shape.owned, shape.halo, shape.sent, shape.entries + shape.owned
+    config = PlanConfig(model=ModelConfig(model="gcn", hidden=H, num_layers=2, dropout=0.5), device="cuda")
+    train = plan_phases(shape, config, F, C)["train"]
+    f = 4
+    params = F * H + H * C + H + C
+    held = (n + h) * F * f + nnz * 16 + (2 * n + h + 2) * 4 + n * 27 + h * 24 + S * 24 + params * f * 5 \
+        + 2 * S * C * f
+    layer0 = (n + h) * F * f + n * F * f + n * H * f      # dropped [owned | halo] inputs, aggregation, output
+    saved0 = n * F * f
+    relu, dropped, mask = n * H * f, n * H * f, n * H     # ReLU's output, the dropout's new tensor, byte mask
+    halo = (n + h) * C * f
+    layer1 = saved0 + relu + dropped + mask + n * C * f + halo + n * C * f
+    loss = saved0 + relu + dropped + mask + n * C * f + 3 * n * C * f
+    backward = max(saved0 + relu + dropped + mask + n * C * f + halo + n * C * f,
+                   saved0 + relu + dropped + mask + n * H * f)
+    assert train.peak == held + max(layer0, layer1, loss, backward)
+    assert "process" not in {name for name, value in train.parts.items() if value}
+
+
+def test_the_plan_counts_the_torch_formulations_whenever_they_run(partitioned, monkeypatch):
+    """On CPUs the native kernels run unless GNN_DIST_KERNEL=torch or their build failed; the torch
+    formulations keep more (GAT's [E x H] tensors, ReLU's output and a byte mask), and a GPU always runs them."""
+    from gnn_dist.kernels import native
+
+    directory, shape, meta = _tiny_shape(partitioned)
+    config = PlanConfig(model=ModelConfig(model="gat", hidden=8, heads=2, dropout=0.5))
+    monkeypatch.setenv(native.KERNEL_ENV, "auto")
+    monkeypatch.setattr(native, "_failed", None)
+    plain = plan_part(shape, config, meta.num_features, meta.num_classes).peak
+    monkeypatch.setenv(native.KERNEL_ENV, "torch")
+    forced = plan_part(shape, config, meta.num_features, meta.num_classes).peak
+    monkeypatch.setenv(native.KERNEL_ENV, "auto")
+    monkeypatch.setattr(native, "_failed", "RuntimeError: no compiler")
+    failed = plan_part(shape, config, meta.num_features, meta.num_classes).peak
+    assert forced == failed > plain
+    monkeypatch.setattr(native, "_failed", None)
+    on_gpu = plan_part(shape, dataclasses.replace(config, device="cuda"), meta.num_features, meta.num_classes)
+    assert on_gpu.peak == forced - PROCESS_BYTES
+
+
+def test_a_gpu_ranks_host_plan_is_the_process_its_part_file_and_the_staging_pool(partitioned):
+    directory, shape, meta = _tiny_shape(partitioned)
+    config = PlanConfig(model=ModelConfig(hidden=32), device="cuda")
+    host = plan_host(shape, config, meta.num_features, meta.num_classes)
+    loaded = sum(array.nbytes for array in load_part(directory, 0).arrays.values())
+    assert abs(host.parts["part file"] - loaded) <= 0.02 * loaded  # the arrays as the part file loads them
+    assert host.parts["process"] == PROCESS_BYTES
+    pool = staging_pool_bytes(shape, config, meta.num_features, meta.num_classes)
+    terms = (shape.entries + shape.owned) * SETUP_BYTES_PER_ENTRY  # the normalisation, computed on the host
+    assert host.peak == PROCESS_BYTES + host.parts["part file"] + max(pool, terms)
+    # on CPUs the host's plan is the rank's whole plan
+    on_cpu = PlanConfig(model=ModelConfig(hidden=32))
+    assert plan_host(shape, on_cpu, meta.num_features, meta.num_classes) == plan_part(shape, on_cpu,
+                                                                                        meta.num_features,
+                                                                                        meta.num_classes)
 
 
 def test_sequential_and_bf16_features_plan_less_than_resident(partitioned):
@@ -124,6 +188,17 @@ def test_inspect_reports_the_memory_plan_per_rank(partitioned):
                           meta.num_classes).peak for s in part_shapes(directory)]
     assert plan["predicted_peak_rss_bytes_per_rank"] == expected
     assert plan["predicted_peak_rss_bytes"] == max(expected)
+    assert plan["device"] == "cpu" and "predicted_peak_device_bytes" not in plan
+    # --device cuda (inspect needs no GPU): the host's plan per rank, and the device's beside it
+    done = run_cli("inspect", str(directory), "--json", "--hidden", "32", "--device", "cuda")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)["memory_plan"]
+    on_gpu = PlanConfig(model=ModelConfig(hidden=32), device="cuda")
+    shapes = part_shapes(directory)
+    assert plan["predicted_peak_rss_bytes_per_rank"] == [
+        plan_host(s, on_gpu, meta.num_features, meta.num_classes).peak for s in shapes]
+    assert plan["predicted_peak_device_bytes_per_rank"] == [
+        plan_part(s, on_gpu, meta.num_features, meta.num_classes).peak for s in shapes]
 
 
 def test_train_refuses_to_start_when_the_plan_exceeds_the_memory_limit(partitioned, tmp_path):
@@ -135,6 +210,12 @@ def test_train_refuses_to_start_when_the_plan_exceeds_the_memory_limit(partition
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "over --memory-limit 0.10 GiB" in errors[0], done.stderr
     assert not metrics.exists()
-    # the same job under a limit it fits trains
-    done = run_mpi(2, "train", "--parts", str(directory), "--epochs", "1", "--memory-limit", "4G", "--no-progress")
+    # the same job under a limit it fits trains, and its record says what the plan predicted beside the peaks
+    done = run_mpi(2, "train", "--parts", str(directory), "--epochs", "1", "--memory-limit", "4G", "--no-progress",
+                   "--metrics-out", str(metrics))
     assert done.returncode == 0, done.stderr
+    final = json.loads(metrics.read_text().splitlines()[-1])
+    meta = load_meta(directory)
+    assert final["planned_peak_rss_bytes_per_rank"] == [
+        plan_part(s, PlanConfig(), meta.num_features, meta.num_classes).peak for s in part_shapes(directory)]
+    assert final["planned_device_bytes_per_rank"] is None and final["staging_host_bytes_per_rank"] is None

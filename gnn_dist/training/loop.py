@@ -21,6 +21,7 @@ from gnn_dist.metrics import summarise
 from gnn_dist.peers import PeerMonitor
 from gnn_dist.rss import PhasePeaks, peak_rss_bytes, release_free_heap, use_workspace
 from gnn_dist.simulated_link import LinkModel
+from gnn_dist.staging import staging_host_bytes
 from gnn_dist.supervise import first_num_parts, restarts_so_far
 from gnn_dist.training.evaluation import write_predictions
 from gnn_dist.training.faults import maybe_inject_failure
@@ -180,6 +181,17 @@ def device_peaks(ctx: RankContext, device) -> list[int] | None:
     return None if own is None else [int(v) for v in ctx.comm.allgather_object(own)]
 
 
+def planned_report(ctx: RankContext, state: RankState) -> dict:
+    """The memory plan's predictions beside the measured peaks, per rank (None where no plan was made:
+    sampled mode), so a run says how far its plan was off; and the host buffers staging holds (None on CPUs)."""
+    host, on_device = (ctx.comm.allgather_object(value) for value in (state.planned_host_bytes,
+                                                                     state.planned_device_bytes))
+    staged = ctx.comm.allgather_object(staging_host_bytes(state.exchanger.comm, getattr(state.mode, "mover", None)))
+    return {"planned_peak_rss_bytes_per_rank": None if None in host else [int(v) for v in host],
+            "planned_device_bytes_per_rank": None if None in on_device else [int(v) for v in on_device],
+            "staging_host_bytes_per_rank": None if None in staged else [int(v) for v in staged]}
+
+
 def train(ctx: RankContext, config: TrainConfig) -> dict:
     """Train on this rank's part; returns the final record (the same on every rank)."""
     use_workspace()
@@ -217,6 +229,7 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             **memory_report(ctx, memory),
             "device": config.device,
             "peak_device_bytes_per_rank": device_peaks(ctx, state.device),
+            **planned_report(ctx, state),
         }, state.task.final_figures(state, records))
         state.metrics.write(final)
         complete = True

@@ -28,6 +28,7 @@ from gnn_dist.device import HOST, device_comm, rank_device
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.host_memory import RankMemory, available_memory_bytes, host_budget_bytes, memory_refusal
+from gnn_dist.host_plan import plan_host
 from gnn_dist.kernels.native import native_module
 from gnn_dist.local_graph import LocalGraph
 from gnn_dist.log import rank_logger
@@ -85,8 +86,7 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
 
     meta, part, metrics, task = agree_on_setup(ctx, build_local)  # type: ignore[misc]
     device = rank_device(config.device, ctx.comm)
-    if config.mode == "full":
-        refuse_if_memory_short(ctx, config, part, task, device)
+    planned = refuse_if_memory_short(ctx, config, part, task, device) if config.mode == "full" else (None, None)
     # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
     watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort, explain=peers.unreachable if peers else None) \
         if config.timeout != 0 and ctx.comm.aborts_job else NoWatchdog()
@@ -130,7 +130,7 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, metrics,
                       meta.dataset, setup_halo_bytes, meta.partition_id, watchdog, task=task, peers=peers,
-                      device=device)
+                      device=device, planned_host_bytes=planned[0], planned_device_bytes=planned[1])
     if config.checkpoint_dir:
         state.graph_identity = graph_identity(ctx.comm, meta, part.node_ids, part.y, part.deg[:part.n_owned])
     task.prepare(state, part)
@@ -169,22 +169,28 @@ def resume(state: RankState, metrics: MetricsWriter) -> None:
 
 
 def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task,
-                           device: torch.device = HOST) -> None:
+                           device: torch.device = HOST) -> tuple[int, int | None]:
     """Plan this rank's peak (gnn_dist.memory_plan) and refuse on every rank, before the big allocations, if any
-    host's ranks would not fit (or a rank would pass --memory-limit). On a GPU the same plan stands for the
-    device peak (the tensors it counts live there; it over-counts by the host process's own baseline), and
-    the ranks sharing each GPU must fit in what it has free."""
-    plan = plan_part(part_shape(part), plan_config_of(config), part.meta.num_features, task.output_width())
-    mine = RankMemory(socket.gethostname(), plan.peak, plan.summary(3), current_rss_bytes(),
+    host's ranks would not fit (or a rank would pass --memory-limit). On a GPU the host's plan (the process,
+    the part file, the pinned staging buffers) is checked against the host, and the device's plan (every
+    tensor training makes) against the GPU: the ranks sharing each GPU must fit in what it has free.
+    Returns this rank's predicted peaks: (host bytes, device bytes or None)."""
+    shape, plan_config = part_shape(part), plan_config_of(config)
+    plan_config = dataclasses.replace(plan_config, device=device.type)
+    width = task.output_width()
+    host = plan_host(shape, plan_config, part.meta.num_features, width)
+    mine = RankMemory(socket.gethostname(), host.peak, host.summary(3), current_rss_bytes(),
                       available_memory_bytes(), host_budget_bytes())
     reason = memory_refusal(ctx.comm.allgather_object(mine), config.memory_limit)
-    if reason is None and device.type == "cuda":
+    on_device = plan_part(shape, plan_config, part.meta.num_features, width) if device.type == "cuda" else None
+    if reason is None and on_device is not None:
         free, _ = torch.cuda.mem_get_info(device)
-        on_gpu = RankMemory(f"{socket.gethostname()} GPU {device.index}", plan.peak, plan.summary(3),
+        on_gpu = RankMemory(f"{socket.gethostname()} GPU {device.index}", on_device.peak, on_device.summary(3),
                             torch.cuda.memory_allocated(device), free)
         reason = memory_refusal(ctx.comm.allgather_object(on_gpu), None)
     if reason is not None:
         raise SetupError(reason)
+    return host.peak, None if on_device is None else on_device.peak
 
 
 def check_writable(directory: str, option: str) -> None:

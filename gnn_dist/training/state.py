@@ -46,6 +46,10 @@ class RankState:
     peers: object = None  # this rank's watch over its ring neighbours (gnn_dist.peers.PeerMonitor), real MPI only
     task_data: object = None  # the task's own data on this rank (link prediction: gnn_dist.link.pairs.LinkPairs)
     device: torch.device = torch.device("cpu")  # where this rank computes (--device; gnn_dist.device)
+    # the memory plan's prediction for this rank (full-batch mode; None where no plan is made): host bytes, and
+    # device bytes on a GPU (gnn_dist.memory_plan.plan_host and plan_part)
+    planned_host_bytes: int | None = None
+    planned_device_bytes: int | None = None
 
 
 def sum_over_ranks(ctx: RankContext, values: list[float]) -> list[float]:
