@@ -94,9 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--balance-train", action="store_true", help="balance training nodes across parts too")
     p.add_argument("--balance-edges", action="store_true",
-                   help="balance edges across parts instead of nodes (METIS: each node weighs its in-degree + "
-                        "1): evens out full-batch compute on graphs with skewed degrees, at uneven node counts "
-                        "and some more edges cut")
+                   help="balance edges across parts instead of nodes (k-way METIS, each node weighing its "
+                        "in-degree + 1): evens out full-batch compute on graphs with skewed degrees, at less even "
+                        "node counts and sometimes more edges cut")
     p.add_argument("--normalize-features", action="store_true",
                    help="divide each node's features by their sum, as PyG's NormalizeFeatures (the usual "
                         "preprocessing of Planetoid's bag-of-words features)")

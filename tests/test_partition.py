@@ -173,15 +173,22 @@ def test_balance_edges_evens_each_parts_edges_by_the_datasets_own_degrees(tmp_pa
     graph = load_dataset("synthetic:small")
     in_degree = np.bincount(graph.edge_index[1], minlength=graph.num_nodes)
 
-    def edge_balance(directory) -> float:
+    def balance(directory, weight) -> float:
         meta, node_map = load_meta(directory), load_node_map(directory)
-        edges = [in_degree[node_map[meta.partptr[k]:meta.partptr[k + 1]]].sum() for k in range(meta.num_parts)]
-        return max(edges) / np.mean(edges)
+        loads = [weight[node_map[meta.partptr[k]:meta.partptr[k + 1]]].sum() for k in range(meta.num_parts)]
+        return max(loads) / np.mean(loads)
+
+    def edge_balance(directory) -> float:
+        return balance(directory, in_degree)
 
     partition_graph(graph, 4, tmp_path / "nodes")
     partition_graph(graph, 4, tmp_path / "edges", balance_edges=True)
     assert edge_balance(tmp_path / "nodes") > 1.15
-    assert edge_balance(tmp_path / "edges") < 1.03
+    # each operator row (in-edges and the self loop) within k-way METIS's 3% tolerance; the in-edges alone close
+    assert balance(tmp_path / "edges", in_degree + 1) <= 1.031
+    assert edge_balance(tmp_path / "edges") < 1.05
+    # k-way leaves the node counts near even too (recursive bisection let them drift by 1.1-1.8x on real graphs)
+    assert balance(tmp_path / "edges", np.ones_like(in_degree)) < 1.1
     done = run_cli("inspect", str(tmp_path / "edges"), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["edge_balance"] == pytest.approx(edge_balance(tmp_path / "edges"), rel=1e-9)
