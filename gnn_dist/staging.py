@@ -55,6 +55,7 @@ class _Buffers:
         self._free: list[torch.Tensor] = []  # raw uint8 buffers
         self.held_bytes = 0  # every buffer the pool owns, free or in use: what it adds to the host's memory
         self.buffers = 0
+        self.made = 0  # buffers allocated (pinned, on a GPU) over the run: few once the sizes have been seen
 
     def take(self, like: torch.Tensor) -> torch.Tensor:
         nbytes = like.numel() * like.element_size()
@@ -71,6 +72,7 @@ class _Buffers:
             raw = torch.empty(size, dtype=torch.uint8, device="cpu", pin_memory=self.pin)
             self.held_bytes += size
             self.buffers += 1
+            self.made += 1
         return raw[:nbytes].view(like.dtype).view(like.shape)
 
     def give_back(self, buffer: torch.Tensor) -> None:

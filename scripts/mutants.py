@@ -348,6 +348,22 @@ MUTANTS = [
            "tests/test_device_scan.py", "        elif not any(k.arg == \"device\" for k in node.keywords):",
            "        elif False:",
            ("tests/test_device_scan.py::test_the_scan_finds_what_it_is_meant_to_find",)),
+    Mutant("staging: the host pool keeps a buffer for every payload size it sees",
+           "gnn_dist/staging.py", "        fits = [k for k, raw in enumerate(self._free) if raw.numel() >= nbytes]\n",
+           "        fits = [k for k, raw in enumerate(self._free) if raw.numel() == nbytes]\n",
+           ("tests/test_staging.py::test_the_host_pool_stays_bounded_when_every_exchange_has_a_new_size",)),
+    Mutant("plan: a GPU rank's device plan counts the native ReLU and dropout (in place, a bit mask)",
+           "gnn_dist/memory_plan.py", "            if training and p > 0 and z.torch_kernels:\n",
+           "            if False:\n",
+           ("tests/test_plan.py::test_a_gpu_ranks_device_peak_equals_a_count_by_hand",)),
+    Mutant("plan: a GPU rank's host plan leaves out the pinned staging buffers",
+           "gnn_dist/host_plan.py",
+           "    train.alloc(\"pinned staging buffers\", staging_pool_bytes(shape, config, num_features, num_classes))\n",
+           "",
+           ("tests/test_plan.py::test_a_gpu_ranks_host_plan_is_the_process_its_part_file_and_the_staging_pool",)),
+    Mutant("partition: --balance-edges splits by recursive bisection again",
+           "partition/metis.py", "        recursive = False\n    if objective", "        recursive = True\n    if objective",
+           ("tests/test_partition.py::test_balance_edges_evens_each_parts_edges_by_the_datasets_own_degrees",)),
 ]
 
 

@@ -187,8 +187,11 @@ def test_balance_edges_evens_each_parts_edges_by_the_datasets_own_degrees(tmp_pa
     # each operator row (in-edges and the self loop) within k-way METIS's 3% tolerance; the in-edges alone close
     assert balance(tmp_path / "edges", in_degree + 1) <= 1.031
     assert edge_balance(tmp_path / "edges") < 1.05
-    # k-way leaves the node counts near even too (recursive bisection let them drift by 1.1-1.8x on real graphs)
-    assert balance(tmp_path / "edges", np.ones_like(in_degree)) < 1.1
+    # k-way leaves the node counts near even too (recursive bisection let them drift by 1.1-1.8x on real graphs,
+    # and by 1.19x on this graph at P=8, where k-way's are 1.06x)
+    partition_graph(graph, 8, tmp_path / "edges8", balance_edges=True)
+    assert balance(tmp_path / "edges8", in_degree + 1) <= 1.031
+    assert balance(tmp_path / "edges8", np.ones_like(in_degree)) < 1.1
     done = run_cli("inspect", str(tmp_path / "edges"), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["edge_balance"] == pytest.approx(edge_balance(tmp_path / "edges"), rel=1e-9)

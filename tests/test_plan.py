@@ -117,9 +117,19 @@ def test_a_gpu_ranks_host_plan_is_the_process_its_part_file_and_the_staging_pool
     loaded = sum(array.nbytes for array in load_part(directory, 0).arrays.values())
     assert abs(host.parts["part file"] - loaded) <= 0.02 * loaded  # the arrays as the part file loads them
     assert host.parts["process"] == PROCESS_BYTES
-    pool = staging_pool_bytes(shape, config, meta.num_features, meta.num_classes)
     terms = (shape.entries + shape.owned) * SETUP_BYTES_PER_ENTRY  # the normalisation, computed on the host
+    pool = staging_pool_bytes(shape, config, meta.num_features, meta.num_classes)
     assert host.peak == PROCESS_BYTES + host.parts["part file"] + max(pool, terms)
+    # wide layers: the staging buffers are the host's peak, at least a send and a receive buffer of the widest
+    # rows (the hidden layer exchanges 4096 columns: every row sent and received, 4 bytes a value) and at most
+    # GROWTH times that and the flat gradients
+    H = 4096
+    wide = PlanConfig(model=ModelConfig(hidden=H, num_layers=3), device="cuda")
+    host = plan_host(shape, wide, meta.num_features, meta.num_classes)
+    rows = (shape.sent + shape.halo) * H * 4
+    params = meta.num_features * H + H * H + H * meta.num_classes + 2 * H + meta.num_classes
+    assert host.phase == "train"
+    assert rows <= host.peak - PROCESS_BYTES - host.parts["part file"] <= 1.25 * (rows + (params + 2) * 4)
     # on CPUs the host's plan is the rank's whole plan
     on_cpu = PlanConfig(model=ModelConfig(hidden=32))
     assert plan_host(shape, on_cpu, meta.num_features, meta.num_classes) == plan_part(shape, on_cpu,

@@ -95,11 +95,13 @@ def test_the_host_pool_stays_bounded_when_every_exchange_has_a_new_size():
             wrapper.alltoallv(send, send_counts, recv, recv_counts)
             assert torch.equal(recv, plain)
             largest = max(largest, send.numel() * 4, recv.numel() * 4)
-        return wrapper.buffers.buffers, wrapper.buffers.held_bytes, largest
+        return wrapper.buffers.buffers, wrapper.buffers.held_bytes, largest, wrapper.buffers.made
 
-    for buffers, held, largest in run_fake_ranks(2, body):
+    for buffers, held, largest, made in run_fake_ranks(2, body):
         # two buffers in use at once (send, receive), each at most GROWTH times the largest payload
         assert buffers == 2
+        # and reused: a new buffer only when a payload outgrows every free one (pinning is slow)
+        assert made <= rounds // 4, made
         assert held <= 2 * GROWTH * largest
         assert held >= largest  # the largest payload did go through the pool
 

@@ -47,7 +47,7 @@ class RankState:
     task_data: object = None  # the task's own data on this rank (link prediction: gnn_dist.link.pairs.LinkPairs)
     device: torch.device = torch.device("cpu")  # where this rank computes (--device; gnn_dist.device)
     # the memory plan's prediction for this rank (full-batch mode; None where no plan is made): host bytes, and
-    # device bytes on a GPU (gnn_dist.memory_plan.plan_host and plan_part)
+    # device bytes on a GPU (gnn_dist.host_plan.plan_host and gnn_dist.memory_plan.plan_part)
     planned_host_bytes: int | None = None
     planned_device_bytes: int | None = None
 
