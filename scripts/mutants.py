@@ -364,6 +364,14 @@ MUTANTS = [
     Mutant("partition: --balance-edges splits by recursive bisection again",
            "partition/metis.py", "        recursive = False\n    if objective", "        recursive = True\n    if objective",
            ("tests/test_partition.py::test_balance_edges_evens_each_parts_edges_by_the_datasets_own_degrees",)),
+    Mutant("rss: the sampler wakes at a fixed interval (a hundred times a second in every phase)",
+           "gnn_dist/rss.py", "            interval = self._interval if rose else min(2 * interval, self._max_interval)\n",
+           "            interval = self._interval\n",
+           ("tests/test_layerwise.py::test_phase_peaks_attribute_memory_to_the_phase_that_used_it",)),
+    Mutant("rss: a new phase is not sampled densely from its start",
+           "gnn_dist/rss.py", "            self._sampled = current_rss_bytes()\n        self._new_phase.set()\n",
+           "            self._sampled = current_rss_bytes()\n",
+           ("tests/test_layerwise.py::test_phase_peaks_attribute_memory_to_the_phase_that_used_it",)),
 ]
 
 

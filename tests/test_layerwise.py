@@ -184,8 +184,17 @@ peaks.enter("medium")
 medium = torch.ones(96 * mib // 4)
 time.sleep(0.1)  # below the earlier high-water mark: this phase's peak comes from the sampler
 del medium
+peaks.enter("steady")
+taken = peaks.samples
+time.sleep(1.0)  # nothing changes: the sampler backs off instead of waking every 5 ms
+steady_samples = peaks.samples - taken
+peaks.enter("late")  # a phase after a long steady one is sampled densely again from its start
+late = torch.ones(64 * mib // 4)
+time.sleep(0.06)
+del late
 result = peaks.stop()
-print(json.dumps({"base": base, "before_big": before_big, "peaks": result, "again": peaks.stop()}))
+print(json.dumps({"base": base, "before_big": before_big, "peaks": result, "again": peaks.stop(),
+                  "steady_samples": steady_samples}))
 """
 
 
@@ -201,6 +210,10 @@ def test_phase_peaks_attribute_memory_to_the_phase_that_used_it():
     assert peaks["quiet"] < base + 64 * mib
     assert base + 80 * mib <= peaks["medium"] < peaks["big"]
     assert probe["again"] == peaks  # stopping twice changes nothing
+    # one second of a steady phase: doubling from 5 ms to the 0.32 s cap takes about a dozen samples, where a
+    # fixed 5 ms interval takes 200
+    assert probe["steady_samples"] <= 15
+    assert base + 48 * mib <= peaks["late"] < peaks["big"]
 
 
 def test_sampled_run_reports_training_and_evaluation_peaks(partitioned, tmp_path):
