@@ -15,6 +15,7 @@ from gnn_dist.memory_plan import (
     Liveness,
     MemoryPlan,
     PlanConfig,
+    largest_blocks,
     parameter_count,
     part_file_bytes,
     plan_part,
@@ -57,11 +58,7 @@ def staging_pool_bytes(shape: PartShape, config: PlanConfig, num_features: int, 
     model = config.model
     widths = model.layers(num_features, num_classes)
     flat = (parameter_count(model, widths) + 2) * FLOAT
-    S, h = shape.sent, shape.halo
-    if config.halo_memory == "sequential":
-        bound = config.halo_block_rows if config.halo_block_rows > 0 else None
-        S = min(max(shape.sent_per_peer, default=0), bound or S)
-        h = min(max(shape.received_per_peer, default=0), bound or h)
+    h, S = largest_blocks(shape, config) if config.halo_memory == "sequential" else (shape.halo, shape.sent)
     exchanged = [w for w in exchanged_widths(model, num_features, num_classes) if w]
     if not (h or S) or not exchanged:
         return int(flat * STAGING_GROWTH)

@@ -117,6 +117,15 @@ class _Sizes:
     torch_kernels: bool  # torch_kernels(config)
 
 
+def largest_blocks(shape: PartShape, config: PlanConfig) -> tuple[int, int]:
+    """Rows of the largest block received and of the largest block sent at once under sequential halos: a
+    peer's rows, cut to --halo-block-rows (0: whole)."""
+    bound = config.halo_block_rows if config.halo_block_rows > 0 else None
+    received = min(max(shape.received_per_peer, default=0), bound or shape.halo)
+    sent = min(max(shape.sent_per_peer, default=0), bound or shape.sent)
+    return received, sent
+
+
 def parameter_count(model: ModelConfig, widths) -> int:
     """The model's trainable values: its layers' and BatchNorm's after the hidden layers."""
     conv = model_class(model.model)
@@ -136,8 +145,7 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     params = parameter_count(model, widths)
     peers = [r for r in shape.received_per_peer if r]
     bound = config.halo_block_rows if config.halo_block_rows > 0 else None
-    block = min(max(peers, default=0), bound or h)
-    sent_block = min(max(shape.sent_per_peer, default=0), bound or S)
+    block, sent_block = largest_blocks(shape, config)
     touched = min(n, shape.cut_entries * block // h) if h else 0
     sizes = _Sizes(n, h, block, sent_block, touched, feature_bytes, sequential, nnz, torch_kernels(config))
     on_gpu = config.device != "cpu"

@@ -148,7 +148,8 @@ def format_report(report: dict) -> str:
     per_rank = ", ".join(f"{v / 2**30:.2f}" for v in plan["predicted_peak_rss_bytes_per_rank"])
     largest = sorted(plan["breakdown_of_largest"].items(), key=lambda kv: -kv[1])[:6]
     lines += [
-        f"  peak memory         {plan['predicted_peak_rss_bytes'] / 2**30:.2f} GiB per rank at most (predicted; "
+        f"  {'peak host memory' if 'predicted_peak_device_bytes' in plan else 'peak memory':<19} "
+        f"{plan['predicted_peak_rss_bytes'] / 2**30:.2f} GiB per rank at most (predicted; "
         f"per rank {per_rank} GiB) with --halo-memory {plan['halo_memory']}, --feature-dtype "
         f"{plan['feature_dtype']}",
         "                      largest rank at its peak: " + ", ".join(f"{k} {readable_bytes(v)}" for k, v in largest),
@@ -156,7 +157,6 @@ def format_report(report: dict) -> str:
     if "predicted_peak_device_bytes" in plan:
         per_rank = ", ".join(f"{v / 2**30:.2f}" for v in plan["predicted_peak_device_bytes_per_rank"])
         largest = sorted(plan["device_breakdown_of_largest"].items(), key=lambda kv: -kv[1])[:6]
-        lines[-2] = lines[-2].replace("  peak memory       ", "  peak host memory  ")
         lines += [
             f"  peak GPU memory     {plan['predicted_peak_device_bytes'] / 2**30:.2f} GiB per rank at most "
             f"(predicted, --device {plan['device']}; per rank {per_rank} GiB)",

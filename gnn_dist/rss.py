@@ -45,8 +45,8 @@ class PhasePeaks:
     when one rises by more than 1/64: a few pages creep in all the time).
     A short phase is sampled densely; a long steady one (the
     training epochs, whose memory recurs) is not woken a hundred times a
-    second: at P=2 on two cores those wake-ups cost 4-5% of the epoch time
-    (they preempt a rank that its peer waits on).
+    second (at P=2 on two cores the 10 ms sampler cost about 2-3% of the epoch
+    time: median of 9 paired rounds against a 1 s interval).
     """
 
     def __init__(self, first_phase: str = "setup", interval_s: float = 0.01, max_interval_s: float = 0.32):

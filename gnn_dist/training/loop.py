@@ -184,9 +184,9 @@ def device_peaks(ctx: RankContext, device) -> list[int] | None:
 def planned_report(ctx: RankContext, state: RankState) -> dict:
     """The memory plan's predictions beside the measured peaks, per rank (None where no plan was made:
     sampled mode), so a run says how far its plan was off; and the host buffers staging holds (None on CPUs)."""
-    host, on_device = (ctx.comm.allgather_object(value) for value in (state.planned_host_bytes,
-                                                                     state.planned_device_bytes))
-    staged = ctx.comm.allgather_object(staging_host_bytes(state.exchanger.comm, getattr(state.mode, "mover", None)))
+    mine = (state.planned_host_bytes, state.planned_device_bytes,
+            staging_host_bytes(state.exchanger.comm, getattr(state.mode, "mover", None)))
+    host, on_device, staged = zip(*ctx.comm.allgather_object(mine))
     return {"planned_peak_rss_bytes_per_rank": None if None in host else [int(v) for v in host],
             "planned_device_bytes_per_rank": None if None in on_device else [int(v) for v in on_device],
             "staging_host_bytes_per_rank": None if None in staged else [int(v) for v in staged]}
