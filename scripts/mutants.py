@@ -221,6 +221,12 @@ MUTANTS = [
            "        halos.append(np.unique(np.concatenate([remote, partptr[k + 1:k + 2] % partptr[-1]]))"
            " if num_parts > 1 else np.unique(remote))",
            ("tests/test_partition.py::test_round_trip_synthetic",)),
+    Mutant("dropout: the native kernel's ReLU lets negative elements through",
+           "kernels/native_kernels.cpp", "    if (RELU) kept &= -static_cast<int32_t>(v > 0.0f);", "",
+           ("tests/test_dropout.py::test_native_and_torch_paths_draw_the_same_masks",)),
+    Mutant("dropout: the native backward unpacks a mask bit into the wrong column",
+           "kernels/native_kernels.cpp", "& 0x8040201008040201ull;", "& 0x4080201008040201ull;",
+           ("tests/test_dropout.py::test_native_and_torch_paths_draw_the_same_masks",)),
     Mutant("gat: the native kernel ignores attention dropout",
            "kernels/native_kernels.cpp", "    if (!on) return scalar_t(1);", "    return scalar_t(1);",
            ("tests/test_gat.py",)),

@@ -1,6 +1,7 @@
 """Keyed dropout: the hash equals a plain-Python reference; masks depend only on the key and node id."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from gnn_dist.dropout import keep_mask, keyed_dropout
@@ -34,14 +35,16 @@ def test_keep_rate_and_scaling():
     assert keyed_dropout(x, ids, 1, 0.5, training=False) is x
 
 
-def test_native_and_torch_paths_draw_the_same_masks(monkeypatch):
+# Widths below, at and around the kernel's eight-column mask bytes and its vector lanes, and a wide one.
+@pytest.mark.parametrize("width", [1, 8, 37, 300])
+def test_native_and_torch_paths_draw_the_same_masks(monkeypatch, width):
     import gnn_dist.kernels.native as native
     from gnn_dist import dropout
 
     ids = torch.randperm(3000)
-    x = torch.randn(3000, 37, requires_grad=True)
+    x = torch.randn(3000, width, requires_grad=True)
     key = stream_key(2, 5, 1)
-    upstream = torch.randn(3000, 37)
+    upstream = torch.randn(3000, width)
     outs = {}
     for kernel in ("native", "torch"):
         monkeypatch.setenv(native.KERNEL_ENV, kernel)
@@ -50,8 +53,15 @@ def test_native_and_torch_paths_draw_the_same_masks(monkeypatch):
             out = dropout.keyed_dropout(x, ids, key, 0.3, training=True, relu=relu)
             out.backward(upstream)
             outs[kernel, relu] = (out.detach(), x.grad.clone())
+            # In place (a layer output no backward saved), the output is the input tensor, with the same values.
+            overwritten = x.detach().clone()
+            in_place = dropout.keyed_dropout(overwritten, ids, key, 0.3, training=True, relu=relu, inplace=True)
+            assert torch.equal(in_place, outs[kernel, relu][0])
     for relu in (False, True):
         assert torch.equal(outs["native", relu][0], outs["torch", relu][0])
         assert torch.equal(outs["native", relu][1], outs["torch", relu][1])
-    expected = torch.relu(x.detach()) * keep_mask(ids, 37, key, 0.3) / 0.7
+    # Against the mask drawn independently of both kernels: ReLU, keep, scale; the gradient is the same mask.
+    kept = keep_mask(ids, width, key, 0.3)
+    expected = torch.relu(x.detach()) * kept / 0.7
     assert torch.allclose(outs["native", True][0], expected)
+    assert torch.allclose(outs["native", False][1], upstream * kept / 0.7)
