@@ -14,6 +14,20 @@ from gnn_dist.kernels.native import native_module
 from gnn_dist.keyed_random import column_hash, id_hash, mix32
 
 _CHUNK_ELEMENTS = 1 << 20
+def keep_threshold(p: float) -> int:
+    """Uniform 32-bit words read as signed are at or above this with probability 1 - p."""
+    return int(p * (1 << 32)) - (1 << 31)
+
+
+def keep_entries(node_ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, num_cols: int, key: int,
+                 p: float) -> torch.Tensor:
+    """bool [nnz]: keep_mask(node_ids, num_cols, key, p) read at the entries (rows[k], cols[k]) only, for a sparse
+    matrix whose dropped-out zeros need no draw (gnn_dist.sparse_features)."""
+    row_hash = id_hash(node_ids, key)
+    col_hash = column_hash(num_cols, node_ids.device)
+    return mix32(row_hash[rows] ^ col_hash[cols]) >= keep_threshold(p)
+
+
 def _keep_chunks(node_ids: torch.Tensor, num_cols: int, key: int, p: float):
     """Yields (row slice, bool [rows, num_cols] True where kept) chunk by chunk.
 
@@ -22,7 +36,7 @@ def _keep_chunks(node_ids: torch.Tensor, num_cols: int, key: int, p: float):
     """
     row_hash = id_hash(node_ids, key)
     col_hash = column_hash(num_cols, node_ids.device)
-    threshold = int(p * (1 << 32)) - (1 << 31)
+    threshold = keep_threshold(p)
     step = max(1, _CHUNK_ELEMENTS // max(num_cols, 1))
     for start in range(0, node_ids.shape[0], step):
         rows = slice(start, start + step)
@@ -70,7 +84,7 @@ class _NativeKeyedDropout(torch.autograd.Function):
     def forward(ctx, x, node_ids, key, p, relu, native, inplace=False):  # type: ignore[override]
         row_hash = id_hash(node_ids, key)
         col_hash = column_hash(x.shape[1], x.device)
-        threshold = int(p * (1 << 32)) - (1 << 31)
+        threshold = keep_threshold(p)
         out, mask = native.keyed_dropout(x.contiguous(), row_hash, col_hash, threshold, 1.0 / (1.0 - p), relu,
                                          inplace)
         if inplace:

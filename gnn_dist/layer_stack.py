@@ -68,6 +68,15 @@ class LayerStack(nn.Module):
 
                 h = conv([keyed_dropout(x_full[:graph.n_owned].float(), graph.node_ids, key, p, self.training)],
                          halo_source=halo_source)
+            elif k == 0 and conv.input_features is not None and self.training and p > 0 and h is conv.input_features.dense:
+                # Mostly-zero features with their CSR copy: the dropout is drawn at the non-zeros only and the
+                # product is taken from the dropped-out copy (gnn_dist.sparse_features); no dense copy is made.
+                sparse = conv.input_features
+                conv.input_features = sparse.dropped_out(graph.column_ids, key, p)
+                try:
+                    h = conv(x_full=h)
+                finally:
+                    conv.input_features = sparse
             elif k == 0:
                 h = conv(x_full=keyed_dropout(h.float(), graph.column_ids, key, p, self.training))
             else:

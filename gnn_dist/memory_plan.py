@@ -115,6 +115,7 @@ class _Sizes:
     sequential: bool
     entries: int        # the operator's entries (self loops included)
     torch_kernels: bool  # torch_kernels(config)
+    sparse_input_dropped: int  # bytes of a dropped-out sparse copy of the features (gnn_dist.sparse_features); 0: none
 
 
 def largest_blocks(shape: PartShape, config: PlanConfig) -> tuple[int, int]:
@@ -147,7 +148,9 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     bound = config.halo_block_rows if config.halo_block_rows > 0 else None
     block, sent_block = largest_blocks(shape, config)
     touched = min(n, shape.cut_entries * block // h) if h else 0
-    sizes = _Sizes(n, h, block, sent_block, touched, feature_bytes, sequential, nnz, torch_kernels(config))
+    sparse_copy = sparse_features.wanted(config, shape.feature_density, conv, *widths[0][:2])
+    sizes = _Sizes(n, h, block, sent_block, touched, feature_bytes, sequential, nnz, torch_kernels(config),
+                   sparse_features.dropped_bytes(n + h, num_features, shape.feature_density) if sparse_copy else 0)
     on_gpu = config.device != "cpu"
 
     blocks = sum(-(-r // (bound or r)) for r in peers)
@@ -161,8 +164,7 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
         "ids, labels, plan": n * (3 * INDEX + 3) + h * 3 * INDEX + S * 3 * INDEX,
         "parameters, Adam": params * FLOAT * 5,
     }
-    first_in, first_out, _ = widths[0]
-    if sparse_features.wanted(config, shape.feature_density, conv, first_in, first_out):
+    if sparse_copy:
         persistent["sparse input features"] = sparse_features.copy_bytes(n + h, num_features, shape.feature_density)
     exchanged = [w for w in exchanged_widths(model, num_features, num_classes) if w]
     if not sequential and len(peers):
@@ -273,8 +275,12 @@ def _forward(live: Liveness, config: PlanConfig, widths, z: _Sizes, training: bo
         aggregate_first, w = conv.aggregation(i, o, **options)
         if k == 0:
             rows = n if z.sequential else n + z.h
-            copies = p > 0 or z.feature_bytes != FLOAT
-            live.alloc("layer input", rows * i * FLOAT if copies else 0)
+            if z.sparse_input_dropped and p > 0:
+                # the dropout is drawn on the sparse copy's non-zeros: new values, no dense dropped-out copy
+                live.alloc("layer input", z.sparse_input_dropped)
+            else:
+                copies = p > 0 or z.feature_bytes != FLOAT
+                live.alloc("layer input", rows * i * FLOAT if copies else 0)
         else:
             if model.batch_norm:
                 live.alloc("batchnorm temporaries", 2 * n * i * FLOAT)

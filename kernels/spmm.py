@@ -64,6 +64,15 @@ class SparseOperator:
         transpose = _csr(cols, rows, values, (shape[1], shape[0])) if with_transpose else None
         return cls(matrix=_csr(rows, cols, values, shape), transpose=transpose)
 
+    def with_values(self, values: torch.Tensor, transpose_order: torch.Tensor) -> SparseOperator:
+        """The same sparsity with new values, given in the matrix's entry order; transpose_order[j] is the
+        matrix entry the transpose holds at its entry j. Views of the index arrays: only the values are new."""
+        matrix, transpose = self.matrix, self.transpose
+        return SparseOperator(
+            matrix=_csr_tensor(matrix.crow_indices(), matrix.col_indices(), values, self.shape),
+            transpose=None if transpose is None else _csr_tensor(
+                transpose.crow_indices(), transpose.col_indices(), values[transpose_order], tuple(transpose.shape)))
+
     def row_slice(self, start: int, stop: int) -> SparseOperator:
         """Rows [start, stop) as a forward-only operator over the same columns; views, no copy of the entries."""
         crow = self.matrix.crow_indices()

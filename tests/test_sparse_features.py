@@ -1,6 +1,7 @@
 """The sparse first layer (gnn_dist.sparse_features): mostly-zero input features multiply from a CSR copy, with
-PyG's logits, loss and gradients on the whole graph; only where the first layer is handed the features
-themselves; and the memory plan counts the copy."""
+PyG's logits, loss and gradients on the whole graph; input dropout drawn on the copy's non-zeros equals the
+dense dropped-out product; only where the first layer is handed the features themselves; and the memory plan
+counts the copy."""
 from __future__ import annotations
 
 import dataclasses
@@ -69,7 +70,7 @@ def test_the_sparse_first_layer_equals_pyg_on_the_whole_graph(tmp_path, copies_m
 
 
 @pytest.mark.parametrize("changes", [
-    {"model": ModelConfig(model="gcn", hidden=8, num_layers=2, dropout=0.5)},   # input dropout: a new dense tensor
+    {"model": ModelConfig(model="sage", hidden=8, num_layers=2, dropout=0.5)},  # dropout, and a root term reads X
     {"halo_memory": "sequential"},                                               # owned and halo rows apart
     {"model": ModelConfig(model="gcn", hidden=32, num_layers=2, dropout=0.0)},  # 16 -> 32 aggregates first
     {"model": ModelConfig(model="gat", hidden=8, num_layers=2, dropout=0.0)},   # its own fused transform
@@ -84,6 +85,44 @@ def test_no_copy_where_the_first_layer_is_not_handed_the_features_themselves(tmp
                                                       4)["train"].parts
 
 
+def test_dropping_out_the_copy_equals_the_keyed_mask_on_the_dense_features():
+    """dropped_out against keep_mask, drawn on the whole dense matrix (gnn_dist.dropout's independent torch
+    formulation): kept entries scaled, dropped ones zero, the transpose the same matrix transposed."""
+    from gnn_dist.dropout import keep_mask
+
+    x = torch.from_numpy(bag_of_words_tiny().x)
+    row_ids = torch.randperm(10_000)[:x.shape[0]]  # original ids: not the row numbers
+    dropped = sparse_features.SparseFeatures.of(x).dropped_out(row_ids, key=12345, p=0.4)
+    expected = x * keep_mask(row_ids, x.shape[1], 12345, 0.4) / 0.6
+    assert dropped.dense is x
+    assert torch.allclose(dropped.operator.matrix.to_dense(), expected, rtol=1e-6, atol=0)
+    assert torch.allclose(dropped.operator.transpose.to_dense(), expected.t(), rtol=1e-6, atol=0)
+    assert 0 < int((dropped.operator.matrix.values() == 0).sum()) < dropped.operator.nnz  # some kept, some dropped
+
+
+@pytest.mark.parametrize("num_parts", [1, 3])
+def test_input_dropout_on_the_copy_trains_as_the_dense_path_does(tmp_path, copies_made, monkeypatch, num_parts):
+    """GCN with input dropout 0.5: one step from the copy (the mask drawn at the non-zeros) and one from the dense
+    features (the mask drawn on every element) give the same train-mode logits, loss and gradients."""
+    partition_graph(bag_of_words_tiny(), num_parts, tmp_path / "p")
+    config = config_for(tmp_path / "p", model=ModelConfig(model="gcn", hidden=8, num_layers=2, dropout=0.5))
+    sparse = one_step_on_every_rank(config, num_parts)
+    assert len(copies_made) == num_parts and copies_made.products >= num_parts
+    monkeypatch.setattr(sparse_features, "wanted", lambda *args: False)
+    dense = one_step_on_every_rank(config, num_parts)
+    assert len(copies_made) == num_parts  # the second run made none
+    for (ids, logits, loss, _, grads, _), (dense_ids, dense_logits, dense_loss, _, dense_grads, _) in zip(sparse, dense):
+        assert torch.equal(ids, dense_ids)
+        assert torch.allclose(logits, dense_logits, rtol=1e-5, atol=1e-6)
+        assert loss == pytest.approx(dense_loss, rel=1e-6)
+        for name, grad in grads.items():
+            assert torch.allclose(grad, dense_grads[name], rtol=1e-5, atol=1e-6), name
+    # and dropout was really on: the train-mode logits differ from those of the same weights without it
+    undropped = one_step_on_every_rank(dataclasses.replace(config, model=dataclasses.replace(config.model,
+                                                                                           dropout=0.0)), num_parts)
+    assert not torch.allclose(sparse[0][1], undropped[0][1], atol=1e-3)
+
+
 def test_dense_features_get_no_copy(partitioned, copies_made):
     one_step_on_every_rank(config_for(partitioned("synthetic:tiny", 2)), 2)
     assert copies_made == []
@@ -96,9 +135,10 @@ def test_the_memory_plan_counts_the_copy(tmp_path):
     train = plan_phases(part_shapes(tmp_path / "p")[0], plan_config_of(config), graph.num_features,
                         graph.num_classes)["train"]
     planned = train.parts["sparse input features"]  # kept through training: among what is alive at its peak
-    operator = sparse_features.SparseFeatures.of(torch.from_numpy(graph.x)).operator
+    features = sparse_features.SparseFeatures.of(torch.from_numpy(graph.x))
+    operator = features.operator
     built = sum(t.nbytes for m in (operator.matrix, operator.transpose)
-                for t in (m.crow_indices(), m.col_indices(), m.values()))
+                for t in (m.crow_indices(), m.col_indices(), m.values())) + features.transpose_order.nbytes
     assert planned == pytest.approx(built, rel=0.02)
 
 
