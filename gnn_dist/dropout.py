@@ -14,6 +14,8 @@ from gnn_dist.kernels.native import native_module
 from gnn_dist.keyed_random import column_hash, id_hash, mix32
 
 _CHUNK_ELEMENTS = 1 << 20
+
+
 def keep_threshold(p: float) -> int:
     """Uniform 32-bit words read as signed are at or above this with probability 1 - p."""
     return int(p * (1 << 32)) - (1 << 31)

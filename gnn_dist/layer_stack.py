@@ -68,7 +68,7 @@ class LayerStack(nn.Module):
 
                 h = conv([keyed_dropout(x_full[:graph.n_owned].float(), graph.node_ids, key, p, self.training)],
                          halo_source=halo_source)
-            elif k == 0 and conv.input_features is not None and self.training and p > 0 and h is conv.input_features.dense:
+            elif k == 0 and self.training and p > 0 and _has_sparse_copy(conv, h):
                 # Mostly-zero features with their CSR copy: the dropout is drawn at the non-zeros only and the
                 # product is taken from the dropped-out copy (gnn_dist.sparse_features); no dense copy is made.
                 sparse = conv.input_features
@@ -172,3 +172,8 @@ def forward_blocks(model: LayerStack, x_src: torch.Tensor, operators: list, node
         conv.pass_key = layer_keys[k]
         h = conv.forward_block(h, op, ids=node_ids[:h.shape[0]])
     return h
+
+
+def _has_sparse_copy(conv, x_full: torch.Tensor) -> bool:
+    """Whether the first layer holds the CSR copy of exactly these features (gnn_dist.sparse_features)."""
+    return conv.input_features is not None and x_full is conv.input_features.dense
