@@ -16,29 +16,28 @@ from gnn_dist.keyed_random import column_hash, id_hash, mix32
 _CHUNK_ELEMENTS = 1 << 20
 
 
-def keep_threshold(p: float) -> int:
-    """Uniform 32-bit words read as signed are at or above this with probability 1 - p."""
-    return int(p * (1 << 32)) - (1 << 31)
+def _mask_terms(node_ids: torch.Tensor, num_cols: int, key: int, p: float) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(row hashes, column hashes, threshold) of the keyed mask: element (i, c) is kept where
+    mix32(row_hash[i] ^ col_hash[c]), read as signed, is at or above the threshold (probability 1 - p).
+
+    node_ids are original dataset ids (int64, below 2**32). Every formulation (the torch chunks, the native
+    kernel, the sparse entries) draws from these, so all of them draw one mask.
+    """
+    threshold = int(p * (1 << 32)) - (1 << 31)
+    return id_hash(node_ids, key), column_hash(num_cols, node_ids.device), threshold
 
 
 def keep_entries(node_ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, num_cols: int, key: int,
                  p: float) -> torch.Tensor:
     """bool [nnz]: keep_mask(node_ids, num_cols, key, p) read at the entries (rows[k], cols[k]) only, for a sparse
     matrix whose dropped-out zeros need no draw (gnn_dist.sparse_features)."""
-    row_hash = id_hash(node_ids, key)
-    col_hash = column_hash(num_cols, node_ids.device)
-    return mix32(row_hash[rows] ^ col_hash[cols]) >= keep_threshold(p)
+    row_hash, col_hash, threshold = _mask_terms(node_ids, num_cols, key, p)
+    return mix32(row_hash[rows] ^ col_hash[cols]) >= threshold
 
 
 def _keep_chunks(node_ids: torch.Tensor, num_cols: int, key: int, p: float):
-    """Yields (row slice, bool [rows, num_cols] True where kept) chunk by chunk.
-
-    node_ids are original dataset ids (int64, below 2**32). Uniform 32-bit
-    words read as signed are at or above `threshold` with probability 1 - p.
-    """
-    row_hash = id_hash(node_ids, key)
-    col_hash = column_hash(num_cols, node_ids.device)
-    threshold = keep_threshold(p)
+    """Yields (row slice, bool [rows, num_cols] True where kept) chunk by chunk."""
+    row_hash, col_hash, threshold = _mask_terms(node_ids, num_cols, key, p)
     step = max(1, _CHUNK_ELEMENTS // max(num_cols, 1))
     for start in range(0, node_ids.shape[0], step):
         rows = slice(start, start + step)
@@ -84,9 +83,7 @@ class _NativeKeyedDropout(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, node_ids, key, p, relu, native, inplace=False):  # type: ignore[override]
-        row_hash = id_hash(node_ids, key)
-        col_hash = column_hash(x.shape[1], x.device)
-        threshold = keep_threshold(p)
+        row_hash, col_hash, threshold = _mask_terms(node_ids, x.shape[1], key, p)
         out, mask = native.keyed_dropout(x.contiguous(), row_hash, col_hash, threshold, 1.0 / (1.0 - p), relu,
                                          inplace)
         if inplace:
