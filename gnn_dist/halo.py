@@ -165,6 +165,14 @@ class HaloExchanger:
             return _exact()
         return self.schedule.for_slot(slot)
 
+    def aggregation_scale(self, slot: str, operator) -> torch.Tensor | None:
+        """[n_owned, 1] factors the layer multiplies slot's aggregation by in this pass (before its bias), or None:
+        the active schedule's (gnn_dist.schedules.base). A single rank has no halo to sample."""
+        if self.plan.num_parts == 1:
+            return None
+        scale = self.active_schedule(slot).aggregation_scale(self, operator)
+        return None if scale is None else scale.reshape(-1, 1)
+
     def send_block(self, rows: torch.Tensor, dest: int, tag: int) -> Pending:
         """Point-to-point: encode `rows` and start sending them to `dest` (sequential halos). Counts bytes and rows;
         the returned handle keeps the wire rows alive until wait()."""

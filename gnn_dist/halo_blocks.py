@@ -135,6 +135,25 @@ def build_blocked_operator(rows: torch.Tensor, cols: torch.Tensor, values: torch
     return BlockedOperator(owned=owned, exchanges=tuple(exchanges))
 
 
+def row_masses(operator: SparseOperator | BlockedOperator, column_weights: torch.Tensor) -> torch.Tensor:
+    """Each owned row's sum of its entries weighted by column: A @ w, from a part's whole operator (resident
+    halos) or from its column blocks (sequential halos). Not differentiated (a schedule's constant).
+
+    Shapes: column_weights [n_owned + n_halo] -> [n_owned]
+    """
+    weights = column_weights.reshape(-1, 1)
+    with torch.no_grad():
+        if isinstance(operator, SparseOperator):
+            return _matmul(operator.matrix, weights).reshape(-1)
+        n_owned = operator.owned.shape[0]
+        masses = _matmul(operator.owned.matrix, weights[:n_owned])
+        for block in operator.blocks:
+            if block.rows.numel():
+                columns = weights[n_owned + block.col_start:n_owned + block.col_stop]
+                masses.index_add_(0, block.rows, _matmul(block.operator.matrix, columns))
+        return masses.reshape(-1)
+
+
 FORWARD_ROWS, BACKWARD_GRADIENTS, ROWS_AGAIN = 0, 1, 2  # what a block message carries (its MPI tag's low bits)
 
 

@@ -226,10 +226,19 @@ def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> tor
         source = conv.transform(x)
     root = x if conv.needs_root else None
     del x
-    if conv.blocked is None:
-        aggregated = spmm(conv.operator, conv.exchanger.gather(source, conv.slot), conv.aggregation_bias)
-    elif halo_source is None:
-        aggregated = aggregate_exchanged(conv.blocked, conv.exchanger, source, conv.aggregation_bias, conv.slot)
+    if halo_source is None:
+        # The schedule may reweight each row's aggregation (bns: the sampled rows to the whole row's weight),
+        # then the bias comes after the factor.
+        scale = conv.exchanger.aggregation_scale(conv.slot, conv.operator if conv.blocked is None else conv.blocked)
+        bias = conv.aggregation_bias if scale is None else None
+        if conv.blocked is None:
+            aggregated = spmm(conv.operator, conv.exchanger.gather(source, conv.slot), bias)
+        else:
+            aggregated = aggregate_exchanged(conv.blocked, conv.exchanger, source, bias, conv.slot)
+        if scale is not None:  # in place: the aggregation's backward keeps no output to overwrite
+            aggregated = aggregated.mul_(scale)
+            if conv.aggregation_bias is not None:
+                aggregated = aggregated.add_(conv.aggregation_bias)
     else:
         aggregated = aggregate_local(conv.blocked, source, lambda start, stop: conv.transform(halo_source(start, stop)),
                                      conv.aggregation_bias)

@@ -15,6 +15,10 @@ new_full, buffer) and counts rows it does not send in `ex.counters.halo_rows_ski
     block_pass(ex, slot, x_owned)    a BlockPass (gnn_dist.halo_blocks): what each halo block of slot carries
                                      this pass with --halo-memory sequential, and what it is aggregated with.
                                      A schedule without one is refused with sequential halos.
+    aggregation_scale(ex, operator)  a factor per owned row that the layer multiplies this pass's aggregation by
+                                     (before its bias), or None (bns: each row's sampled entries reweighted to
+                                     the whole row's weight). operator: the layer's SparseOperator (resident
+                                     halos) or BlockedOperator (sequential).
     drain(ex)                        complete every transfer still in flight (end of training, checkpoints).
     reset()                          forget every cache: the next epoch starts afresh, as epoch 0 does
                                      (after the divergence guard's exact epochs).
@@ -70,6 +74,10 @@ class Schedule:
     def runs_with_sequential_halos(self) -> bool:
         """Whether --halo-memory sequential can run it (it defines block_pass)."""
         return type(self).block_pass is not Schedule.block_pass
+
+    def aggregation_scale(self, ex, operator) -> torch.Tensor | None:
+        """A factor per owned row for this pass's aggregation (before the bias), or None: rows as aggregated."""
+        return None
 
     def drain(self, ex) -> None:
         """Complete anything still in flight."""
