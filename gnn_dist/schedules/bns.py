@@ -43,7 +43,10 @@ class BoundarySamplingSchedule(Schedule):
     keep_fraction: float
     seed: int = 0
     _epoch_masks: tuple | None = None
-    _epoch_scale: tuple | None = None  # (epoch, operator, factors): every layer of an epoch keeps the same rows
+    # R_i per operator (a constant of the part), and this epoch's factors per operator: every layer of an epoch
+    # keeps the same rows, and a model may hold more than one operator
+    _row_weights: dict | None = None
+    _epoch_scales: tuple | None = None  # (epoch, {id(operator): factors})
     kind = "bns"
     form = "bns:P (0 < P <= 1)"
 
@@ -75,18 +78,30 @@ class BoundarySamplingSchedule(Schedule):
     def aggregation_scale(self, ex, operator):
         """R_i / R'_i per owned row: the whole row's weight over the weight of the entries this epoch keeps (its
         owned columns and its kept halo rows); 0 where nothing is kept (the row aggregates nothing)."""
-        cached = self._epoch_scale
-        if cached is None or cached[0] != ex.epoch or cached[1] is not operator:
+        if self._epoch_scales is None or self._epoch_scales[0] != ex.epoch:
+            self._epoch_scales = (ex.epoch, {})
+        factors = self._epoch_scales[1].get(id(operator))
+        if factors is None:
             plan = ex.plan
             _, halo_keep = self._keep(ex)
+            whole = self._row_weight(plan, operator)
             present = torch.ones(plan.n_owned + plan.n_halo, dtype=torch.float32, device=plan.device)
-            whole = row_masses(operator, present)
             present[plan.n_owned:] = halo_keep.to(torch.float32)
             kept = row_masses(operator, present)
             factors = torch.where(kept > 0, whole / kept.clamp_min(torch.finfo(torch.float32).tiny),
                                   torch.zeros_like(kept))
-            self._epoch_scale = cached = (ex.epoch, operator, factors)
-        return cached[2]
+            self._epoch_scales[1][id(operator)] = factors
+        return factors
+
+    def _row_weight(self, plan, operator) -> torch.Tensor:
+        """R_i, each owned row's whole weight: computed once per operator, not every epoch."""
+        if self._row_weights is None:
+            self._row_weights = {}
+        held = self._row_weights.get(id(operator))
+        if held is None or held[0] is not operator:  # the operator is held beside its id, so the id stays its own
+            ones = torch.ones(plan.n_owned + plan.n_halo, dtype=torch.float32, device=plan.device)
+            held = self._row_weights[id(operator)] = (operator, row_masses(operator, ones))
+        return held[1]
 
     def _masks(self, ex):
         """(send rows kept, counts per peer, halo rows kept, counts per owner) for this epoch."""
