@@ -155,14 +155,16 @@ def test_schedules_that_keep_halo_rows_between_epochs_plan_their_caches(partitio
     meta = load_meta(directory)
     shape = part_shapes(directory)[0]
     model = ModelConfig(hidden=32, num_layers=3)   # exchanged widths 32 and 4 (the classes)
-    specs = ("exact", "stale:4", "pipeline", "stale:4,pipeline", "adaptive:0.1")
+    specs = ("exact", "stale:4", "pipeline:0.95", "pipeline", "stale:4,pipeline", "adaptive:0.1")
     plans = {spec: plan_phases(shape, PlanConfig(model=model, schedule=spec), meta.num_features,
                                meta.num_classes)["train"] for spec in specs}
     h, S = shape.halo, shape.sent
     assert plans["stale:4"].peak - plans["exact"].peak == h * (32 + 4) * 4
     # pipeline: halo rows in use and arriving, gradients sent back (h each); gradients in use and arriving, rows
     # sent (S each), all alive while an epoch's transfers are in flight
-    assert plans["pipeline"].peak - plans["exact"].peak == (3 * h + 3 * S) * (32 + 4) * 4
+    assert plans["pipeline:0.95"].peak - plans["exact"].peak == (3 * h + 3 * S) * (32 + 4) * 4
+    # plain pipeline exchanges its last layer (the 4-wide class scores) exactly: only the 32-wide layer caches
+    assert plans["pipeline"].peak - plans["exact"].peak == (3 * h + 3 * S) * 32 * 4
     # per layer: the 32-wide layer keeps stale's cache, the 4-wide one pipeline's
     assert plans["stale:4,pipeline"].peak - plans["exact"].peak == (h * 32 + (3 * h + 3 * S) * 4) * 4
     assert plans["adaptive:0.1"].peak - plans["exact"].peak == (h + S) * (32 + 4) * 4

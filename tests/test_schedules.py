@@ -9,7 +9,7 @@ from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.partition.format import load_part
-from gnn_dist.schedules import parse_schedule
+from gnn_dist.schedules import parse_schedule, schedule_for_model
 from gnn_dist.schedules.adaptive import AdaptiveSchedule
 from gnn_dist.schedules.bns import BoundarySamplingSchedule
 from gnn_dist.schedules.exact import ExactSchedule
@@ -123,11 +123,50 @@ def test_pipeline_uses_the_previous_epochs_rows_and_gradients(partitioned, sched
 def test_pipeline_specs_name_their_smoothing():
     default = parse_schedule("pipeline")
     assert (default.rows_smoothing, default.grads_smoothing, default.name) == (0.95, 0.95, "pipeline")
+    assert [layer.name for layer in default.per_layer(3)] == ["pipeline:0.95", "pipeline:0.95", "exact"]
+    assert [layer.name for layer in default.per_layer(1)] == ["pipeline"]  # a single exchanged layer pipelines
+    assert [layer.name for layer in parse_schedule("pipeline:0.95").per_layer(2)] == ["pipeline:0.95"] * 2
     plain = parse_schedule("pipeline:0")
     assert (plain.rows_smoothing, plain.grads_smoothing, plain.name) == (0.0, 0.0, "pipeline:0")
     split = parse_schedule("pipeline:0.9:0")
     assert (split.rows_smoothing, split.grads_smoothing, split.name) == (0.9, 0.0, "pipeline:0.9:0")
     assert parse_schedule("pipeline:0.9").name == "pipeline:0.9"
+
+
+def test_plain_pipeline_exchanges_its_last_layer_exactly(partitioned):
+    """Plain `pipeline` on two exchanged layers: the inner layer's halo is the previous epoch's rows (smoothed
+    with 0.95 from epoch 2 on), the last layer's halo and returned gradients are this epoch's own; both checked
+    against values computed from the dataset's ids."""
+    directory = partitioned("synthetic:tiny", 3)
+
+    def rank_fn(comm):
+        part = load_part(directory, comm.rank)
+        ex = HaloExchanger(comm, HaloPlan.from_part(part), schedule=schedule_for_model("pipeline", 0, 2))
+        seen = []
+        for epoch in range(3):
+            ex.begin_pass(epoch, training=True)
+            inner = values(part.node_ids, 4, epoch).requires_grad_(True)
+            last = values(part.node_ids, 4, epoch).requires_grad_(True)
+            inner_full, last_full = ex.gather(inner, "layer1"), ex.gather(last, "layer2")
+            upstream = varying_upstream(list(part.node_ids) + list(part.halo_ids), 4, epoch, comm.rank)
+            (last_full * upstream).sum().backward()
+            inner_full.sum().backward()
+            seen.append((inner_full[part.n_owned:].detach().clone(), last_full[part.n_owned:].detach().clone(),
+                         last.grad.clone()))
+        ex.drain()
+        return part, seen
+
+    results = run_fake_ranks(3, rank_fn)
+    parts = [part for part, _ in results]
+    for epoch in range(3):
+        expected = expected_owned_grads(parts, 4, epoch, epoch)
+        for rank, (part, seen) in enumerate(results):
+            inner_halo, last_halo, last_grad = seen[epoch]
+            truth = [values(part.halo_ids, 4, e) for e in range(3)]
+            assert torch.equal(last_halo, truth[epoch])
+            assert torch.allclose(last_grad, expected[rank], atol=1e-6)
+            stale = {0: truth[0], 1: truth[0], 2: 0.95 * truth[0] + 0.05 * truth[1]}[epoch]
+            assert torch.allclose(inner_halo, stale, atol=1e-6), (epoch, rank)
 
 
 def test_pipeline_smooths_rows_and_gradients_each_with_its_own_rate(partitioned):

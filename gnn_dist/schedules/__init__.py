@@ -14,13 +14,16 @@ Input-feature halos are fetched once at start-up under every schedule.
                    epoch e-1 while epoch e's travel with non-blocking MPI,
                    overlapping compute. Epoch 0 is exact (nothing to reuse yet).
                    Stale values are smoothed, v <- G v + (1 - G) v_new (rows with
-                   G, gradients with H); plain `pipeline` smooths both with 0.95.
+                   G, gradients with H); plain `pipeline` smooths both with 0.95
+                   and exchanges its last exchanged layer (the class scores)
+                   exactly, blocking.
     bns:P          BNS-GCN: each epoch each receiving rank keeps a random fraction
                    P of its halo rows, chosen by a hash of (seed, epoch, node,
                    receiver) that owner and receiver both compute, so no ids
-                   travel. Dropped rows contribute nothing; kept rows keep the
-                   full-graph normalisation, unscaled (BNS-GCN's code divides
-                   them by P: see bns.py for why not). Gradients flow back for
+                   travel. Dropped rows contribute nothing, and each owned row's
+                   aggregation is renormalised to its whole-graph weight over the
+                   entries it still has (BNS-GCN's code divides kept rows by P
+                   instead: see bns.py for why not). Gradients flow back for
                    kept rows only. bns:1 is exact.
     adaptive:E[:K] Sancus-style skipping: per peer, a rank skips sending a block when
                    what shapes it changed by less than E (relative) since it was last
@@ -37,9 +40,9 @@ The contract every schedule keeps, and how to add one, is in gnn_dist.schedules.
 (and docs/extending.md).
 """
 from gnn_dist.discovery import import_modules_of
-from gnn_dist.schedules.base import Schedule, layer_slot, parse_schedule, register_schedule, schedule_forms
+from gnn_dist.schedules.base import Schedule, layer_slot, parse_schedule, register_schedule, schedule_for_model, schedule_forms
 
 # Every module of this folder registers its schedule when imported; exact, the reference, is listed first.
 import_modules_of(__name__, __path__, first=("base", "exact"))
 
-__all__ = ["Schedule", "layer_slot", "parse_schedule", "register_schedule", "schedule_forms"]
+__all__ = ["Schedule", "layer_slot", "parse_schedule", "register_schedule", "schedule_for_model", "schedule_forms"]

@@ -130,6 +130,18 @@ def schedule_forms() -> str:
     return ", ".join(cls.form for cls in _SCHEDULES.values())
 
 
+def schedule_for_model(spec: str, seed: int, exchanged_layers: int) -> Schedule:
+    """The schedule a model with `exchanged_layers` exchanged layers runs: parse_schedule's, with a rule whose
+    layers differ (plain `pipeline` keeps its last exchanged layer exact) spelled out one schedule per layer."""
+    schedule = parse_schedule(spec, seed)
+    layers = schedule.per_layer(exchanged_layers)
+    if all(layer is schedule for layer in layers):
+        return schedule
+    from gnn_dist.schedules.layered import LayeredSchedule
+
+    return schedule if isinstance(schedule, LayeredSchedule) else LayeredSchedule(layers)
+
+
 def parse_schedule(spec: str, seed: int = 0) -> Schedule:
     """The schedule named by a --schedule SPEC; a bad SPEC raises ValueError listing the valid forms.
 

@@ -2,8 +2,10 @@
 
 Stale values are smoothed as PipeGCN-GF does, v <- G v + (1 - G) v_new: halo rows with G, halo gradients
 with H. `pipeline:G` smooths both with G (PipeGCN-GF's one decay rate), `pipeline:0` is plain PipeGCN, and
-plain `pipeline` is the default rule, DEFAULT_ROWS and DEFAULT_GRADIENTS below. Why that rule, measured on
-every graph of the schedule battery: docs/schedules.md.
+plain `pipeline` is the default rule: rows and gradients smoothed with DEFAULT_ROWS and DEFAULT_GRADIENTS
+below on every exchanged layer but the last, whose rows (the class scores, as narrow as the classes) travel
+exactly. A model with one exchanged layer (two layers) pipelines it. Why that rule, measured on every graph of
+the schedule battery: docs/schedules.md.
 """
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import torch
 
 from gnn_dist.halo_blocks import BlockPass
 from gnn_dist.schedules.base import Schedule, register_schedule
+from gnn_dist.schedules.exact import ExactSchedule
 
-# The default rule: PipeGCN-GF's own decay rate, 0.95, for rows and gradients alike
-# (benchmarks/results/pipeline-rule.md has the battery it holds on).
+# The default rule: PipeGCN-GF's own decay rate, 0.95, for rows and gradients alike, and the last exchanged
+# layer exact (benchmarks/results/schedules-battery.md has the battery it holds on).
 DEFAULT_ROWS = 0.95
 DEFAULT_GRADIENTS = 0.95
 
@@ -45,9 +48,13 @@ def _complete(pending: list) -> None:
 class PipelineSchedule(Schedule):
     rows_smoothing: float = DEFAULT_ROWS
     grads_smoothing: float | None = None  # None: as the rows (pipeline:G smooths both with G)
+    # Plain `pipeline`: the last exchanged layer exchanges exactly. Its rows are the class scores, which a stale
+    # boundary perturbs straight into the loss; they are the narrowest rows, so exactness there costs little.
+    exact_last_layer: bool = False
     states: dict = field(default_factory=dict)
     kind = "pipeline"
-    form = "pipeline, pipeline:G (0 <= G < 1: rows and gradients), pipeline:G:H (rows G, gradients H)"
+    form = ("pipeline (G = H = 0.95, the last exchanged layer exact), pipeline:G (0 <= G < 1: rows and gradients, "
+            "every layer), pipeline:G:H (rows G, gradients H)")
 
     def __post_init__(self):
         if self.grads_smoothing is None:
@@ -56,7 +63,7 @@ class PipelineSchedule(Schedule):
     @classmethod
     def parse(cls, arg, seed):
         if not arg:
-            return cls(DEFAULT_ROWS, DEFAULT_GRADIENTS)
+            return cls(DEFAULT_ROWS, DEFAULT_GRADIENTS, exact_last_layer=True)
         rows_text, _, grads_text = arg.partition(":")
         rows = float(rows_text)
         grads = float(grads_text) if grads_text else rows
@@ -66,9 +73,15 @@ class PipelineSchedule(Schedule):
         # halo rows in use, arriving, and gradients sent back; gradients in use, arriving, and rows sent
         return 3 * n_halo + 3 * n_sent
 
+    def per_layer(self, exchanged_layers):
+        if self.exact_last_layer and exchanged_layers >= 2:
+            every_layer = PipelineSchedule(self.rows_smoothing, self.grads_smoothing)
+            return [every_layer] * (exchanged_layers - 1) + [ExactSchedule()]
+        return [self] * exchanged_layers
+
     @property
     def name(self) -> str:  # type: ignore[override]
-        if (self.rows_smoothing, self.grads_smoothing) == (DEFAULT_ROWS, DEFAULT_GRADIENTS):
+        if self.exact_last_layer:
             return "pipeline"
         if self.rows_smoothing == self.grads_smoothing:
             return f"pipeline:{self.rows_smoothing:g}"

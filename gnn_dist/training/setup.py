@@ -37,7 +37,7 @@ from gnn_dist.metrics import MetricsWriter
 from gnn_dist.partition.format import load_meta, load_part, part_shape
 from gnn_dist.peers import PeerMonitor
 from gnn_dist.rss import current_rss_bytes
-from gnn_dist.schedules import parse_schedule
+from gnn_dist.schedules import parse_schedule, schedule_for_model
 from gnn_dist.simulated_link import LinkModel, ModelledLinkComm
 from gnn_dist.tasks import task_class
 from gnn_dist.training.gradients import flat_buffer
@@ -97,7 +97,8 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     comm = ModelledLinkComm(ctx.comm, LinkModel.parse(config.simulate_link)) if config.simulate_link else ctx.comm
     comm = device_comm(comm, device)
     exchanger = HaloExchanger(comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
-                              schedule=parse_schedule(config.schedule, config.seed), beat=watchdog.beat)
+                              schedule=schedule_for_model(config.schedule, config.seed, config.model.num_layers - 1),
+                              beat=watchdog.beat)
     # Sampled training aggregates over its batches' blocks and evaluates chunk by chunk from the part's CSR,
     # so only full-batch training builds the whole part's operator and its transpose; sequential halos
     # build it split into column blocks instead.
