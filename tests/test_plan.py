@@ -155,7 +155,7 @@ def test_schedules_that_keep_halo_rows_between_epochs_plan_their_caches(partitio
     meta = load_meta(directory)
     shape = part_shapes(directory)[0]
     model = ModelConfig(hidden=32, num_layers=3)   # exchanged widths 32 and 4 (the classes)
-    specs = ("exact", "stale:4", "pipeline:0.95", "pipeline", "stale:4,pipeline", "adaptive:0.1")
+    specs = ("exact", "stale:4", "pipeline:0.95", "pipeline", "stale:4,pipeline", "adaptive:0.1", "bns:0.1")
     plans = {spec: plan_phases(shape, PlanConfig(model=model, schedule=spec), meta.num_features,
                                meta.num_classes)["train"] for spec in specs}
     h, S = shape.halo, shape.sent
@@ -168,6 +168,8 @@ def test_schedules_that_keep_halo_rows_between_epochs_plan_their_caches(partitio
     # per layer: the 32-wide layer keeps stale's cache, the 4-wide one pipeline's
     assert plans["stale:4,pipeline"].peak - plans["exact"].peak == (h * 32 + (3 * h + 3 * S) * 4) * 4
     assert plans["adaptive:0.1"].peak - plans["exact"].peak == (h + S) * (32 + 4) * 4
+    # bns: a keep mask per sent and halo row, and two floats per owned row (R_i and this epoch's factors)
+    assert plans["bns:0.1"].peak - plans["exact"].peak == S + h + 2 * 4 * shape.owned
 
 
 def _ranks(*predicted_gib, host="a", available_gib=8.0, current_gib=0.5):

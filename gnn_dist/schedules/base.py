@@ -26,6 +26,7 @@ new_full, buffer) and counts rows it does not send in `ex.counters.halo_rows_ski
     predicted_bytes(exact_bytes, exchanged_layers, num_parts)
                                      training halo bytes per epoch given the exact schedule's (inspect).
     cached_rows(n_halo, n_sent)      rows per exchanged width kept between epochs (the memory plan).
+    state_bytes(n_owned, n_halo, n_sent)  bytes kept beside those rows, whatever the width (the memory plan).
     measures_parameter_drift         whether forward reads ex.shaping_parameters[slot] (the model fills it
                                      in training with dropout on: the parameters that shape the slot's rows).
     per_layer(n) / for_slot(slot)    the schedule of each of n exchanged layers / of one slot: this one,
@@ -99,6 +100,10 @@ class Schedule:
 
     def cached_rows(self, n_halo: int, n_sent: int) -> int:
         """Rows of every exchanged width this schedule keeps between epochs."""
+        return 0
+
+    def state_bytes(self, n_owned: int, n_halo: int, n_sent: int) -> int:
+        """Bytes this schedule keeps while an epoch runs beside its cached rows, shared by its layers."""
         return 0
 
     def per_layer(self, exchanged_layers: int) -> list[Schedule]:

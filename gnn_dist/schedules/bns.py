@@ -60,6 +60,11 @@ class BoundarySamplingSchedule(Schedule):
     def predicted_bytes(self, exact_bytes, exchanged_layers, num_parts):
         return exact_bytes * self.keep_fraction  # the expectation
 
+    def state_bytes(self, n_owned, n_halo, n_sent):
+        # this epoch's keep masks (a bool per sent and per halo row), R_i and this epoch's factors (a float per
+        # owned row each, for the one operator a model's layers share)
+        return n_sent + n_halo + 2 * 4 * n_owned
+
     @property
     def name(self) -> str:  # type: ignore[override]
         return f"bns:{self.keep_fraction:g}"
