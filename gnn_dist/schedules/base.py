@@ -144,7 +144,7 @@ def schedule_for_model(spec: str, seed: int, exchanged_layers: int) -> Schedule:
         return schedule
     from gnn_dist.schedules.layered import LayeredSchedule
 
-    return schedule if isinstance(schedule, LayeredSchedule) else LayeredSchedule(layers)
+    return LayeredSchedule(layers)
 
 
 def parse_schedule(spec: str, seed: int = 0) -> Schedule:
