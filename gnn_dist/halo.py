@@ -134,6 +134,10 @@ class HaloExchanger:
     shaping_parameters: dict = field(default_factory=dict)
     # Set by the divergence guard (gnn_dist.training.guard): training exchanges exactly while it is on.
     guard_exact: bool = False
+    # Slots whose layer multiplies its aggregation by aggregation_scale (linear aggregations; set by the layers,
+    # gnn_dist.models.base): there a schedule may leave halo rows absent, as each row is renormalised over what
+    # it still has. An attention layer's softmax would count an absent (zero) row as a neighbour.
+    renormalising_slots: set = field(default_factory=set)
     _buffers: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -165,12 +169,17 @@ class HaloExchanger:
             return _exact()
         return self.schedule.for_slot(slot)
 
+    def reweights_rows(self, slot: str) -> bool:
+        """Whether slot's aggregation may be reweighted in this pass (then the layer adds its bias after
+        aggregation_scale's factor). A single rank has no halo to leave out."""
+        return self.plan.num_parts > 1 and self.active_schedule(slot).reweights_rows
+
     def aggregation_scale(self, slot: str, operator) -> torch.Tensor | None:
         """[n_owned, 1] factors the layer multiplies slot's aggregation by in this pass (before its bias), or None:
-        the active schedule's (gnn_dist.schedules.base). A single rank has no halo to sample."""
+        the active schedule's (gnn_dist.schedules.base), asked after slot's exchange."""
         if self.plan.num_parts == 1:
             return None
-        scale = self.active_schedule(slot).aggregation_scale(self, operator)
+        scale = self.active_schedule(slot).aggregation_scale(self, slot, operator)
         return None if scale is None else scale.reshape(-1, 1)
 
     def send_block(self, rows: torch.Tensor, dest: int, tag: int) -> Pending:

@@ -173,7 +173,8 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     if len(peers):
         # Rows the schedule keeps between epochs, per exchanged layer (gnn_dist.schedules).
         schedules = parse_schedule(config.schedule).per_layer(len(exchanged))
-        persistent["schedule caches"] = sum(s.cached_rows(h, S) * w for s, w in zip(schedules, exchanged)) * FLOAT \
+        renormalised = not conv.attention  # whether a schedule may leave absent rows out instead of caching them
+        persistent["schedule caches"] = sum(s.cached_rows(h, S, renormalised) * w for s, w in zip(schedules, exchanged)) * FLOAT \
             + sum(s.state_bytes(n, h, S) for s in {id(s): s for s in schedules}.values())
 
     setup = Liveness({"process": persistent["process"]})

@@ -167,9 +167,11 @@ def test_schedules_that_keep_halo_rows_between_epochs_plan_their_caches(partitio
     assert plans["pipeline"].peak - plans["exact"].peak == (3 * h + 3 * S) * 32 * 4
     # per layer: the 32-wide layer keeps stale's cache, the 4-wide one pipeline's
     assert plans["stale:4,pipeline"].peak - plans["exact"].peak == (h * 32 + (3 * h + 3 * S) * 4) * 4
-    assert plans["adaptive:0.1"].peak - plans["exact"].peak == (h + S) * (32 + 4) * 4
-    # bns: a keep mask per sent and halo row, and two floats per owned row (R_i and this epoch's factors)
-    assert plans["bns:0.1"].peak - plans["exact"].peak == S + h + 2 * 4 * shape.owned
+    # adaptive on GCN: the rows last sent (a skipped block is absent, not reused), and five floats per owned row
+    # (R_i and the factors of the last four patterns of absent blocks)
+    assert plans["adaptive:0.1"].peak - plans["exact"].peak == S * (32 + 4) * 4 + 5 * 4 * shape.owned
+    # bns: a keep mask per sent and halo row, and three floats per owned row (R_i and two epochs' factors)
+    assert plans["bns:0.1"].peak - plans["exact"].peak == S + h + 3 * 4 * shape.owned
 
 
 def _ranks(*predicted_gib, host="a", available_gib=8.0, current_gib=0.5):

@@ -488,37 +488,42 @@ def test_codecs_move_zero_rows(name, width):
     assert (decoded - rows).abs().max() <= 1.0 / 127 + 1e-6
 
 
-def _bns_forward_on_every_rank(directory, num_parts: int, model: str, hidden: int, epoch: int):
-    """Per rank under bns:0.4 (dropout off, training mode, one forward at `epoch`): (node ids, halo ids, the halo
-    rows this epoch kept, logits, parameters)."""
-    config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=5, schedule="bns:0.4",
+def _forward_on_every_rank(directory, num_parts: int, model: str, hidden: int, schedule: str, epochs: list[int],
+                           prepare=None):
+    """Per rank, one forward per epoch in `epochs` in training mode (dropout off) under `schedule`, then after the
+    last one: (node ids, halo ids, the halo rows present in the last forward, logits, parameters). prepare(state,
+    epoch) runs before each forward and returns the halo rows that forward will have present (bool [n_halo])."""
+    config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=5, schedule=schedule,
                          model=ModelConfig(model=model, hidden=hidden, num_layers=2, dropout=0.0))
 
     def rank_fn(comm):
         state = setup(RankContext(comm), config)
         state.model.train()
-        state.model.epoch = epoch
-        with torch.no_grad():
-            logits = state.model(state.x_full)
-        exchanger = state.model.exchanger
-        _, halo_keep = exchanger.schedule._keep(exchanger)
+        for epoch in epochs:
+            state.model.epoch = epoch
+            halo_present = prepare(state, epoch)
+            with torch.no_grad():
+                logits = state.model(state.x_full)
         params = {name: p.detach().double() for name, p in state.model.named_parameters()}
-        return state.graph.node_ids, state.graph.halo_ids, halo_keep, logits, params
+        return state.graph.node_ids, state.graph.halo_ids, halo_present, logits, params
 
     return run_fake_ranks(num_parts, rank_fn)
 
 
-@pytest.mark.parametrize("model, hidden", [("gcn", 8), ("gcn", 2), ("sage", 8)])
-def test_bns_renormalises_each_row_over_the_entries_it_keeps(partitioned, tiny_graph, model, hidden):
-    """bns's rule, against the whole graph's PyG layers: the second layer of rank r aggregates, for each of its
-    rows i, only the edges from its own nodes and from the halo rows it kept this epoch, scaled by R_i / R'_i
-    (the sum of row i's normalised entries over the sum of those kept), then adds the bias. For SAGE (mean
-    aggregation, R_i = 1) that is PyG's SAGEConv on the kept edges alone."""
+def _bns_kept_rows(state, epoch):
+    exchanger = state.model.exchanger
+    exchanger.begin_pass(epoch, True)
+    return exchanger.schedule._keep(exchanger)[1]
+
+
+def _assert_rows_renormalised_over_what_is_present(graph, model: str, hidden: int, results) -> int:
+    """Each rank's second-layer rows against the whole graph's PyG layers: row i aggregates only the edges from
+    the rank's own nodes and from the halo rows present, scaled by R_i / R'_i (the sum of row i's normalised
+    entries over the sum of those present), then adds the bias. For SAGE (mean aggregation, R_i = 1) that is
+    PyG's SAGEConv on the present edges alone. Returns how many rows lost an entry (so the rule was exercised)."""
     from torch_geometric.nn import GCNConv, SAGEConv
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-    num_parts, graph = 3, tiny_graph
-    results = _bns_forward_on_every_rank(partitioned("synthetic:tiny", num_parts), num_parts, model, hidden, epoch=1)
     params = results[0][4]
     x = torch.as_tensor(graph.x).double()
     edges = torch.as_tensor(graph.edge_index)
@@ -532,10 +537,10 @@ def test_bns_renormalises_each_row_over_the_entries_it_keeps(partitioned, tiny_g
     with torch.no_grad():
         h = torch.relu(first(x, edges))  # the first layer exchanges nothing: exact under every schedule
     checked_rows = rescaled_rows = 0
-    for node_ids, halo_ids, halo_keep, logits, _ in results:
+    for node_ids, halo_ids, halo_present, logits, _ in results:
         present = torch.zeros(graph.num_nodes, dtype=torch.bool)
         present[torch.as_tensor(node_ids)] = True
-        present[torch.as_tensor(halo_ids)[halo_keep]] = True
+        present[torch.as_tensor(halo_ids)[halo_present]] = True
         owned = torch.zeros(graph.num_nodes, dtype=torch.bool)
         owned[torch.as_tensor(node_ids)] = True
         with torch.no_grad():
@@ -563,4 +568,38 @@ def test_bns_renormalises_each_row_over_the_entries_it_keeps(partitioned, tiny_g
         assert (logits.double() - expected[torch.as_tensor(node_ids)]).abs().max() <= 1e-5
         checked_rows += len(node_ids)
     assert checked_rows == graph.num_nodes
-    assert rescaled_rows > 20  # the sample dropped boundary entries of many rows: the rule was exercised
+    return rescaled_rows
+
+
+@pytest.mark.parametrize("model, hidden", [("gcn", 8), ("gcn", 2), ("sage", 8)])
+def test_bns_renormalises_each_row_over_the_entries_it_keeps(partitioned, tiny_graph, model, hidden):
+    """bns's rule: the rows a rank's second layer keeps this epoch, renormalised (against PyG)."""
+    num_parts = 3
+    results = _forward_on_every_rank(partitioned("synthetic:tiny", num_parts), num_parts, model, hidden, "bns:0.4",
+                                     [1], _bns_kept_rows)
+    assert _assert_rows_renormalised_over_what_is_present(tiny_graph, model, hidden, results) > 20
+
+
+def _adaptive_sends_to_the_next_rank_only(state, epoch):
+    """Epoch 0 sends every block (nothing was sent before); later, under adaptive with a large EPS, every block
+    would be skipped, but a skip count at the bound makes each rank send to rank + 1: each rank receives only
+    rank - 1's block. Returns the halo rows that come (all of them at epoch 0)."""
+    plan = state.model.exchanger.plan
+    schedule = state.model.exchanger.schedule
+    if epoch > 0:
+        schedule.skips_in_a_row["layer1"][(plan.rank + 1) % plan.num_parts] = schedule.max_skips
+        return plan.halo_owner == (plan.rank - 1) % plan.num_parts
+    return torch.ones(plan.n_halo, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("model, hidden", [("gcn", 8), ("sage", 8)])
+def test_adaptive_leaves_skipped_blocks_out_and_renormalises_each_row(partitioned, tiny_graph, model, hidden):
+    """adaptive's rule for a linear aggregation: a skipped block is absent, not the rows last received. At epoch 1
+    each rank's second layer aggregates its own rows and the one block that came (rank - 1's), each row
+    renormalised over those entries, against PyG on the whole graph. Reusing the epoch-0 rows instead would match
+    exact (the weights did not move), which misses the expected rows wherever a block was skipped."""
+    num_parts = 3
+    results = _forward_on_every_rank(partitioned("synthetic:tiny", num_parts), num_parts, model, hidden,
+                                     "adaptive:1e9", [0, 1], _adaptive_sends_to_the_next_rank_only)
+    assert all(not bool(present.all()) and bool(present.any()) for _, _, present, _, _ in results)
+    assert _assert_rows_renormalised_over_what_is_present(tiny_graph, model, hidden, results) > 20

@@ -103,6 +103,9 @@ class DistConv(nn.Module):
         self.aggregate_first = type(self).aggregation(in_dim, out_dim)[0]
         # the first layer's CSR copy of the input features, where setup made one (gnn_dist.sparse_features)
         self.input_features = None
+        if exchanger is not None and not self.attention:
+            # a linear aggregation renormalises rows a schedule leaves out (_conv_forward's aggregation_scale)
+            exchanger.renormalising_slots.add(slot)
 
     @classmethod
     def layer_options(cls, config, layer: int, num_layers: int) -> dict:
@@ -227,16 +230,19 @@ def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> tor
     root = x if conv.needs_root else None
     del x
     if halo_source is None:
-        # The schedule may reweight each row's aggregation (bns: the sampled rows to the whole row's weight),
-        # then the bias comes after the factor.
-        scale = conv.exchanger.aggregation_scale(conv.slot, conv.operator if conv.blocked is None else conv.blocked)
-        bias = conv.aggregation_bias if scale is None else None
+        # The schedule may reweight each row's aggregation (bns, adaptive: the rows still present to the whole
+        # row's weight), then the bias comes after the factor.
+        reweights = conv.exchanger.reweights_rows(conv.slot)
+        bias = None if reweights else conv.aggregation_bias
         if conv.blocked is None:
             aggregated = spmm(conv.operator, conv.exchanger.gather(source, conv.slot), bias)
         else:
             aggregated = aggregate_exchanged(conv.blocked, conv.exchanger, source, bias, conv.slot)
-        if scale is not None:  # in place: the aggregation's backward keeps no output to overwrite
-            aggregated = aggregated.mul_(scale)
+        if reweights:
+            # asked after the exchange: adaptive decides there which blocks came
+            scale = conv.exchanger.aggregation_scale(conv.slot, conv.operator if conv.blocked is None else conv.blocked)
+            if scale is not None:  # in place: the aggregation's backward keeps no output to overwrite
+                aggregated = aggregated.mul_(scale)
             if conv.aggregation_bias is not None:
                 aggregated = aggregated.add_(conv.aggregation_bias)
     else:

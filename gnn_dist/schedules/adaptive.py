@@ -3,8 +3,7 @@
 The rule, per exchanged layer and peer: the owner skips sending a block when
 what shapes it changed by less than E (relative) since the block was last
 sent, and it has skipped that block fewer than K times in a row (Sancus's
-bound on staleness, in epochs). The receiver then reuses the last block it
-got. One int32 flag per peer says what comes.
+bound on staleness, in epochs). One int32 flag per peer says what comes.
 
 What "changed" measures:
 - dropout off: the block's rows, ||new - last|| / ||last|| (Sancus's rule);
@@ -22,10 +21,23 @@ What "changed" measures:
   the weights move fast, the layer exchanges every epoch; later it skips up
   to K epochs in a row.
 
-The backward follows the forward, as `stale:R` does: a reused block is a
-constant of this epoch, so its rows' gradients are discarded and nothing
-travels back for it. Gradient blocks need no flags: both sides know which
-forward blocks travelled.
+What a skipped block is to the receiver: *absent*. Where the layer's
+aggregation is linear (GCN, SAGE: the layers in ex.renormalising_slots) its
+rows aggregate as nothing and each owned row is renormalised over the
+entries still present, R_i / R'_i before the bias, as `bns:P` does with the
+rows it drops (gnn_dist.schedules.renormalise). Nothing travels back for it.
+The rule before this one reused the rows last received as constants of the
+epoch (their gradients discarded, as `stale:R` does); it lost 1.8 points on
+twitch FR at P=8 and 3.6 on synthetic:arxiv at P=4 (3 seeds, GCN 3x64):
+every reused row carries an old dropout sample and old weights across a
+boundary that holds 43% of arxiv's edges, and reusing the returned gradients
+as well costs 5-9 points there (benchmarks/results/adaptive-probe-stop42.md).
+Dropping the block costs no bytes and holds every battery cell
+(benchmarks/results/schedules-battery.md). Attention layers (GAT) keep the
+reuse rule: their softmax would count an absent (zero) row as a neighbour,
+and a row's attention cannot be renormalised after the fact.
+
+Gradient blocks need no flags: both sides know which forward blocks travelled.
 """
 from __future__ import annotations
 
@@ -37,6 +49,7 @@ import torch
 
 from gnn_dist.halo_blocks import BlockPass
 from gnn_dist.schedules.base import Schedule, register_schedule
+from gnn_dist.schedules.renormalise import RowRenormaliser
 
 
 @register_schedule
@@ -46,11 +59,16 @@ class AdaptiveSchedule(Schedule):
     max_skips: int = 4
     last_sent: dict = field(default_factory=dict)        # slot -> rows as last sent (dropout off)
     last_parameters: dict = field(default_factory=dict)  # slot -> shaping parameters at the last send (dropout on)
-    last_received: dict = field(default_factory=dict)    # slot -> halo rows as last received
+    last_received: dict = field(default_factory=dict)    # slot -> halo rows as last received (attention layers)
     skips_in_a_row: dict = field(default_factory=dict)   # slot -> per peer
+    incoming: dict = field(default_factory=dict)         # slot -> this pass's flags: which peers' blocks came
+    # factors of the recent patterns of absent blocks (with dropout on every block of a layer skips alike, so
+    # one or two patterns recur)
+    _renormaliser: RowRenormaliser = field(default_factory=lambda: RowRenormaliser(capacity=4))
     kind = "adaptive"
     form = "adaptive:EPS[:MAXSKIP]"
     measures_parameter_drift = True
+    reweights_rows = True
 
     @classmethod
     def parse(cls, arg, seed):
@@ -63,8 +81,12 @@ class AdaptiveSchedule(Schedule):
         # An upper bound: every block sent, plus one int32 flag per peer and exchanged layer.
         return exact_bytes + exchanged_layers * num_parts * (num_parts - 1) * 4
 
-    def cached_rows(self, n_halo, n_sent):
-        return n_halo + n_sent  # rows last received, and last sent (dropout off)
+    def cached_rows(self, n_halo, n_sent, renormalised=True):
+        # rows last sent (dropout off); rows last received only where a skipped block is reused (attention)
+        return n_sent + (0 if renormalised else n_halo)
+
+    def state_bytes(self, n_owned, n_halo, n_sent):
+        return self._renormaliser.state_bytes(n_owned)
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -113,15 +135,35 @@ class AdaptiveSchedule(Schedule):
         compact = send.new_empty(int(recv_counts.sum()), send.shape[1])
         ex.send_rows(picked, send_counts, compact, recv_counts)
         ex.counters.halo_rows_skipped += int((plan.send_counts * (1 - sending)).sum())
-        halo = self.last_received.setdefault(slot, send.new_zeros(plan.n_halo, send.shape[1]))
+        self.incoming[slot] = incoming
+        full = ex.new_full(x_owned)
+        # an absent block aggregates as zeros (the layer renormalises each row); an attention layer reuses the
+        # rows last received instead
+        reuses = slot not in ex.renormalising_slots
+        halo = self.last_received.setdefault(slot, send.new_zeros(plan.n_halo, send.shape[1])) if reuses \
+            else full[plan.n_owned:]
         offset = 0
         for q, seg in enumerate(recv_segments):
             if incoming[q]:
                 halo[seg] = compact[offset:offset + seg.stop - seg.start]
                 offset += seg.stop - seg.start
-        full = ex.new_full(x_owned)
-        full[plan.n_owned:] = halo
+            elif not reuses:
+                halo[seg] = 0
+        if reuses:
+            full[plan.n_owned:] = halo
         return full, (sending, incoming)
+
+    def aggregation_scale(self, ex, slot, operator):
+        """R_i / R'_i per owned row over the blocks that came this pass (gnn_dist.schedules.renormalise), or None
+        when every block came."""
+        plan, incoming = ex.plan, self.incoming[slot]
+        absent = [seg for q, seg in enumerate(plan.recv_segments()) if not incoming[q] and seg.stop > seg.start]
+        if not absent:
+            return None
+        halo_present = torch.ones(plan.n_halo, dtype=torch.bool, device=plan.device)
+        for seg in absent:
+            halo_present[seg] = False
+        return self._renormaliser.factors(plan, operator, halo_present, pattern=incoming.tobytes())
 
     def block_pass(self, ex, slot, x_owned):
         plan = ex.plan
@@ -131,11 +173,12 @@ class AdaptiveSchedule(Schedule):
         incoming = ex.send_flags(sending)
         ex.counters.halo_rows_skipped += int((plan.send_counts * (1 - sending)).sum()) \
             + int((plan.recv_counts * (1 - incoming)).sum())
-        halo = self.last_received.setdefault(slot, x_owned.new_zeros(plan.n_halo, x_owned.shape[1]))
-        return _AdaptiveBlocks(ex, x_owned, sending, incoming, halo)
+        self.incoming[slot] = incoming
+        return _AdaptiveBlocks(ex, x_owned, sending, incoming)
 
     def reset(self):
         self.last_sent, self.last_parameters, self.last_received, self.skips_in_a_row = {}, {}, {}, {}
+        self.incoming = {}
 
     def backward(self, ex, slot, grad_full, flags):
         """Gradients go back for the blocks that came fresh this epoch only."""
@@ -177,20 +220,19 @@ class AdaptiveSchedule(Schedule):
 
 class _AdaptiveBlocks(BlockPass):
     """Sequential halos under adaptive: a block travels when its owner sends that peer's rows this epoch (the
-    flags say which); otherwise it comes from the rows last received, and no gradient goes back for it."""
+    flags say which); otherwise it is absent (nothing aggregated, the layer renormalises each row) and no
+    gradient goes back for it. Sequential halos run linear aggregations only under a lossy schedule
+    (gnn_dist.config), so no block is ever reused here."""
 
-    def __init__(self, ex, x_owned, sending: np.ndarray, incoming: np.ndarray, halo: torch.Tensor):
+    def __init__(self, ex, x_owned, sending: np.ndarray, incoming: np.ndarray):
         super().__init__(ex, x_owned)
-        self.sending, self.incoming, self.halo = sending, incoming, halo
+        self.sending, self.incoming = sending, incoming
 
     def out_rows(self, exchange):
         return super().out_rows(exchange) if self.sending[exchange.dest] else None
 
     def in_buffer(self, exchange):
-        return self.halo[exchange.block.col_start:exchange.block.col_stop] if self.incoming[exchange.src] else None
-
-    def block_rows(self, exchange, received):
-        return self.halo[exchange.block.col_start:exchange.block.col_stop]
+        return super().in_buffer(exchange) if self.incoming[exchange.src] else None
 
     def out_gradients(self, exchange, grad_block):
         return grad_block if self.incoming[exchange.src] else None

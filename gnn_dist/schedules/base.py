@@ -15,17 +15,27 @@ new_full, buffer) and counts rows it does not send in `ex.counters.halo_rows_ski
     block_pass(ex, slot, x_owned)    a BlockPass (gnn_dist.halo_blocks): what each halo block of slot carries
                                      this pass with --halo-memory sequential, and what it is aggregated with.
                                      A schedule without one is refused with sequential halos.
-    aggregation_scale(ex, operator)  a factor per owned row that the layer multiplies this pass's aggregation by
-                                     (before its bias), or None (bns: each row's sampled entries reweighted to
-                                     the whole row's weight). operator: the layer's SparseOperator (resident
-                                     halos) or BlockedOperator (sequential).
+    reweights_rows                   whether the schedule may leave halo rows out of an aggregation and reweight
+                                     each row over what it still has (bns, adaptive): the layer then adds its
+                                     bias after aggregation_scale's factor.
+    aggregation_scale(ex, slot, operator)
+                                     a factor per owned row that the layer multiplies this pass's aggregation by
+                                     (before its bias), or None; asked after slot's exchange, so a schedule may
+                                     decide there what is left out (gnn_dist.schedules.renormalise: each row's
+                                     entries still present reweighted to the whole row's weight). operator: the
+                                     layer's SparseOperator (resident halos) or BlockedOperator (sequential).
+                                     Only layers in ex.renormalising_slots ask (linear aggregations; an attention
+                                     layer's softmax cannot be reweighted after the fact), so a schedule leaves
+                                     rows absent only there.
     drain(ex)                        complete every transfer still in flight (end of training, checkpoints).
     reset()                          forget every cache: the next epoch starts afresh, as epoch 0 does
                                      (after the divergence guard's exact epochs).
     state_dict() / load_state_dict(d)  the caches a checkpoint keeps to resume exactly (tensors by name).
     predicted_bytes(exact_bytes, exchanged_layers, num_parts)
                                      training halo bytes per epoch given the exact schedule's (inspect).
-    cached_rows(n_halo, n_sent)      rows per exchanged width kept between epochs (the memory plan).
+    cached_rows(n_halo, n_sent, renormalised)
+                                     rows per exchanged width kept between epochs (the memory plan); renormalised:
+                                     whether the model's layers renormalise absent rows (see aggregation_scale).
     state_bytes(n_owned, n_halo, n_sent)  bytes kept beside those rows, whatever the width (the memory plan).
     measures_parameter_drift         whether forward reads ex.shaping_parameters[slot] (the model fills it
                                      in training with dropout on: the parameters that shape the slot's rows).
@@ -52,6 +62,8 @@ class Schedule:
     form: ClassVar[str] = ""
     # Whether forward wants ex.shaping_parameters[slot]: a flat copy of the parameters that shape the rows.
     measures_parameter_drift: ClassVar[bool] = False
+    # Whether aggregation_scale may return factors (the layer then adds its bias after them).
+    reweights_rows: ClassVar[bool] = False
 
     @property
     def name(self) -> str:
@@ -76,7 +88,7 @@ class Schedule:
         """Whether --halo-memory sequential can run it (it defines block_pass)."""
         return type(self).block_pass is not Schedule.block_pass
 
-    def aggregation_scale(self, ex, operator) -> torch.Tensor | None:
+    def aggregation_scale(self, ex, slot: str, operator) -> torch.Tensor | None:
         """A factor per owned row for this pass's aggregation (before the bias), or None: rows as aggregated."""
         return None
 
@@ -98,7 +110,7 @@ class Schedule:
         """Training halo bytes per epoch, from what the exact schedule sends (exact_bytes)."""
         return exact_bytes
 
-    def cached_rows(self, n_halo: int, n_sent: int) -> int:
+    def cached_rows(self, n_halo: int, n_sent: int, renormalised: bool = True) -> int:
         """Rows of every exchanged width this schedule keeps between epochs."""
         return 0
 

@@ -18,15 +18,16 @@ Three rules were measured (benchmarks/results/bns-rescaling.md, GCN 3x64, 3 seed
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from gnn_dist.halo_blocks import BlockPass, row_masses
+from gnn_dist.halo_blocks import BlockPass
 from gnn_dist.keyed_random import mix32, stream_key, wrap_int32
 from gnn_dist.schedules.base import Schedule, register_schedule
 from gnn_dist.schedules.exact import ExactSchedule
+from gnn_dist.schedules.renormalise import RowRenormaliser
 
 
 def _bernoulli_keep(node_ids: torch.Tensor, receivers: torch.Tensor, key: int, p: float) -> torch.Tensor:
@@ -43,12 +44,12 @@ class BoundarySamplingSchedule(Schedule):
     keep_fraction: float
     seed: int = 0
     _epoch_masks: tuple | None = None
-    # R_i per operator (a constant of the part), and this epoch's factors per operator: every layer of an epoch
-    # keeps the same rows, and a model may hold more than one operator
-    _row_weights: dict | None = None
-    _epoch_scales: tuple | None = None  # (epoch, {id(operator): factors})
+    # this epoch's factors per operator (every layer of an epoch keeps the same rows, and a model may hold more
+    # than one operator), and R_i per operator
+    _renormaliser: RowRenormaliser = field(default_factory=lambda: RowRenormaliser(capacity=2))
     kind = "bns"
     form = "bns:P (0 < P <= 1)"
+    reweights_rows = True
 
     @classmethod
     def parse(cls, arg, seed):
@@ -61,9 +62,8 @@ class BoundarySamplingSchedule(Schedule):
         return exact_bytes * self.keep_fraction  # the expectation
 
     def state_bytes(self, n_owned, n_halo, n_sent):
-        # this epoch's keep masks (a bool per sent and per halo row), R_i and this epoch's factors (a float per
-        # owned row each, for the one operator a model's layers share)
-        return n_sent + n_halo + 2 * 4 * n_owned
+        # this epoch's keep masks (a bool per sent and per halo row), R_i and the factors kept
+        return n_sent + n_halo + self._renormaliser.state_bytes(n_owned)
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -80,33 +80,11 @@ class BoundarySamplingSchedule(Schedule):
             self._epoch_masks = (ex.epoch, send_keep, halo_keep)
         return self._epoch_masks[1:]
 
-    def aggregation_scale(self, ex, operator):
+    def aggregation_scale(self, ex, slot, operator):
         """R_i / R'_i per owned row: the whole row's weight over the weight of the entries this epoch keeps (its
         owned columns and its kept halo rows); 0 where nothing is kept (the row aggregates nothing)."""
-        if self._epoch_scales is None or self._epoch_scales[0] != ex.epoch:
-            self._epoch_scales = (ex.epoch, {})
-        factors = self._epoch_scales[1].get(id(operator))
-        if factors is None:
-            plan = ex.plan
-            _, halo_keep = self._keep(ex)
-            whole = self._row_weight(plan, operator)
-            present = torch.ones(plan.n_owned + plan.n_halo, dtype=torch.float32, device=plan.device)
-            present[plan.n_owned:] = halo_keep.to(torch.float32)
-            kept = row_masses(operator, present)
-            factors = torch.where(kept > 0, whole / kept.clamp_min(torch.finfo(torch.float32).tiny),
-                                  torch.zeros_like(kept))
-            self._epoch_scales[1][id(operator)] = factors
-        return factors
-
-    def _row_weight(self, plan, operator) -> torch.Tensor:
-        """R_i, each owned row's whole weight: computed once per operator, not every epoch."""
-        if self._row_weights is None:
-            self._row_weights = {}
-        held = self._row_weights.get(id(operator))
-        if held is None or held[0] is not operator:  # the operator is held beside its id, so the id stays its own
-            ones = torch.ones(plan.n_owned + plan.n_halo, dtype=torch.float32, device=plan.device)
-            held = self._row_weights[id(operator)] = (operator, row_masses(operator, ones))
-        return held[1]
+        _, halo_keep = self._keep(ex)
+        return self._renormaliser.factors(ex.plan, operator, halo_keep, pattern=ex.epoch)
 
     def _masks(self, ex):
         """(send rows kept, counts per peer, halo rows kept, counts per owner) for this epoch."""
