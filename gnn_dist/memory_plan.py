@@ -173,8 +173,9 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     if len(peers):
         # Rows the schedule keeps between epochs, per exchanged layer (gnn_dist.schedules).
         schedules = parse_schedule(config.schedule).per_layer(len(exchanged))
-        renormalised = not conv.attention  # whether a schedule may leave absent rows out instead of caching them
-        persistent["schedule caches"] = sum(s.cached_rows(h, S, renormalised) * w for s, w in zip(schedules, exchanged)) * FLOAT \
+        # an attention layer cannot leave absent rows out (its softmax), so a schedule may cache them there
+        rows_kept = (lambda s: s.cached_rows_under_attention(h, S)) if conv.attention else (lambda s: s.cached_rows(h, S))
+        persistent["schedule caches"] = sum(rows_kept(s) * w for s, w in zip(schedules, exchanged)) * FLOAT \
             + sum(s.state_bytes(n, h, S) for s in {id(s): s for s in schedules}.values())
 
     setup = Liveness({"process": persistent["process"]})

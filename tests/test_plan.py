@@ -11,6 +11,7 @@ from gnn_dist.host_memory import PROCESS_BYTES, RankMemory, memory_refusal
 from gnn_dist.host_plan import plan_host, staging_pool_bytes
 from gnn_dist.memory_plan import SETUP_BYTES_PER_ENTRY, PlanConfig, plan_part, plan_phases
 from gnn_dist.partition.format import load_meta, load_part, part_shapes
+from gnn_dist.traffic import exchanged_widths
 from tests.conftest import run_cli, run_mpi
 
 GIB = 2**30
@@ -172,6 +173,14 @@ def test_schedules_that_keep_halo_rows_between_epochs_plan_their_caches(partitio
     assert plans["adaptive:0.1"].peak - plans["exact"].peak == S * (32 + 4) * 4 + 5 * 4 * shape.owned
     # bns: a keep mask per sent and halo row, and three floats per owned row (R_i and two epochs' factors)
     assert plans["bns:0.1"].peak - plans["exact"].peak == S + h + 3 * 4 * shape.owned
+    # adaptive on GAT: an attention layer reuses the rows last received for a skipped block, so it keeps those too
+    gat = ModelConfig(model="gat", hidden=8, heads=2, num_layers=3)
+    gat_plans = {spec: plan_phases(shape, PlanConfig(model=gat, schedule=spec), meta.num_features,
+                                   meta.num_classes)["train"] for spec in ("exact", "adaptive:0.1")}
+    widths = [w for w in exchanged_widths(gat, meta.num_features, meta.num_classes) if w]
+    assert len(widths) == 2
+    assert gat_plans["adaptive:0.1"].peak - gat_plans["exact"].peak == \
+        (S + h) * sum(widths) * 4 + 5 * 4 * shape.owned
 
 
 def _ranks(*predicted_gib, host="a", available_gib=8.0, current_gib=0.5):

@@ -603,3 +603,29 @@ def test_adaptive_leaves_skipped_blocks_out_and_renormalises_each_row(partitione
                                      "adaptive:1e9", [0, 1], _adaptive_sends_to_the_next_rank_only)
     assert all(not bool(present.all()) and bool(present.any()) for _, _, present, _, _ in results)
     assert _assert_rows_renormalised_over_what_is_present(tiny_graph, model, hidden, results) > 20
+
+
+def test_row_renormaliser_factors_follow_each_pattern_of_present_rows():
+    """R_i / R'_i against a dense count, for patterns that alternate (a cached pattern must not answer for
+    another) and more patterns than the cache holds; a row with nothing present gets 0."""
+    from types import SimpleNamespace
+
+    from gnn_dist.kernels.spmm import SparseOperator
+    from gnn_dist.schedules.renormalise import RowRenormaliser
+
+    n_owned, n_halo = 3, 4
+    dense = torch.tensor([[0.5, 0.0, 0.0, 0.25, 0.25, 0.0, 0.0],
+                          [0.0, 0.2, 0.1, 0.0, 0.3, 0.4, 0.0],
+                          [0.0, 0.0, 0.0, 0.0, 0.0, 0.6, 0.4]])
+    rows, cols = torch.nonzero(dense, as_tuple=True)
+    operator = SparseOperator.from_coo(rows, cols, dense[rows, cols], (n_owned, n_owned + n_halo))
+    plan = SimpleNamespace(n_owned=n_owned, n_halo=n_halo, device=torch.device("cpu"))
+    renormaliser = RowRenormaliser(capacity=2)
+    patterns = [(1, 0, 1, 1), (0, 1, 0, 0), (1, 0, 1, 1), (1, 1, 0, 0), (0, 0, 1, 1), (0, 1, 0, 0)]
+    for pattern in patterns:
+        present = torch.tensor([1.0] * n_owned + list(pattern))
+        kept = dense @ present
+        expected = torch.where(kept > 0, dense.sum(1) / kept.clamp_min(1e-30), torch.zeros(n_owned))
+        got = renormaliser.factors(plan, operator, torch.tensor(pattern, dtype=torch.bool), pattern=pattern)
+        assert torch.allclose(got, expected), pattern
+    assert float(renormaliser.factors(plan, operator, torch.tensor([0, 0, 0, 0], dtype=torch.bool), 0)[2]) == 0

@@ -81,9 +81,13 @@ class AdaptiveSchedule(Schedule):
         # An upper bound: every block sent, plus one int32 flag per peer and exchanged layer.
         return exact_bytes + exchanged_layers * num_parts * (num_parts - 1) * 4
 
-    def cached_rows(self, n_halo, n_sent, renormalised=True):
-        # rows last sent (dropout off); rows last received only where a skipped block is reused (attention)
-        return n_sent + (0 if renormalised else n_halo)
+    def cached_rows(self, n_halo, n_sent):
+        # the rows last sent (dropout off): a skipped block is left out on the receiving side, not cached
+        return n_sent
+
+    def cached_rows_under_attention(self, n_halo, n_sent):
+        # an attention layer reuses the rows it last received for a skipped block
+        return n_sent + n_halo
 
     def state_bytes(self, n_owned, n_halo, n_sent):
         return self._renormaliser.state_bytes(n_owned)

@@ -33,9 +33,11 @@ new_full, buffer) and counts rows it does not send in `ex.counters.halo_rows_ski
     state_dict() / load_state_dict(d)  the caches a checkpoint keeps to resume exactly (tensors by name).
     predicted_bytes(exact_bytes, exchanged_layers, num_parts)
                                      training halo bytes per epoch given the exact schedule's (inspect).
-    cached_rows(n_halo, n_sent, renormalised)
-                                     rows per exchanged width kept between epochs (the memory plan); renormalised:
-                                     whether the model's layers renormalise absent rows (see aggregation_scale).
+    cached_rows(n_halo, n_sent)      rows per exchanged width kept between epochs (the memory plan), for a layer
+                                     in ex.renormalising_slots.
+    cached_rows_under_attention(n_halo, n_sent)
+                                     the same for an attention layer, which cannot leave rows absent (default:
+                                     cached_rows; adaptive keeps the rows it last received there).
     state_bytes(n_owned, n_halo, n_sent)  bytes kept beside those rows, whatever the width (the memory plan).
     measures_parameter_drift         whether forward reads ex.shaping_parameters[slot] (the model fills it
                                      in training with dropout on: the parameters that shape the slot's rows).
@@ -110,9 +112,13 @@ class Schedule:
         """Training halo bytes per epoch, from what the exact schedule sends (exact_bytes)."""
         return exact_bytes
 
-    def cached_rows(self, n_halo: int, n_sent: int, renormalised: bool = True) -> int:
+    def cached_rows(self, n_halo: int, n_sent: int) -> int:
         """Rows of every exchanged width this schedule keeps between epochs."""
         return 0
+
+    def cached_rows_under_attention(self, n_halo: int, n_sent: int) -> int:
+        """cached_rows for an attention layer (its softmax cannot have rows left absent)."""
+        return self.cached_rows(n_halo, n_sent)
 
     def state_bytes(self, n_owned: int, n_halo: int, n_sent: int) -> int:
         """Bytes this schedule keeps while an epoch runs beside its cached rows, shared by its layers."""

@@ -69,7 +69,7 @@ class PipelineSchedule(Schedule):
         grads = float(grads_text) if grads_text else rows
         return cls(rows, grads) if 0.0 <= rows < 1.0 and 0.0 <= grads < 1.0 else None
 
-    def cached_rows(self, n_halo, n_sent, renormalised=True):
+    def cached_rows(self, n_halo, n_sent):
         # halo rows in use, arriving, and gradients sent back; gradients in use, arriving, and rows sent
         return 3 * n_halo + 3 * n_sent
 

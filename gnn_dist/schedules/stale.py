@@ -27,7 +27,7 @@ class StaleSchedule(Schedule):
     def predicted_bytes(self, exact_bytes, exchanged_layers, num_parts):
         return exact_bytes / self.refresh_every  # averaged over the R epochs of a refresh cycle
 
-    def cached_rows(self, n_halo, n_sent, renormalised=True):
+    def cached_rows(self, n_halo, n_sent):
         return n_halo
 
     @property
