@@ -27,8 +27,10 @@ Input-feature halos are fetched once at start-up under every schedule.
                    kept rows only. bns:1 is exact.
     adaptive:E[:K] Sancus-style skipping: per peer, a rank skips sending a block when
                    what shapes it changed by less than E (relative) since it was last
-                   sent, at most K (default 4) times in a row; the receiver reuses the
-                   last block it got, and no gradient travels back for a reused block.
+                   sent, at most K (default 4) times in a row; the receiver leaves the
+                   block out and renormalises each row over what it still has, as bns
+                   does (attention layers reuse the last block received), and no
+                   gradient travels back for a skipped block.
                    "What shapes it": the rows themselves with dropout off; with
                    dropout on, the parameters of the layers below (the rows' change is
                    then mostly the dropout sample). One int32 flag per peer tells
