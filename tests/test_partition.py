@@ -14,7 +14,8 @@ from gnn_dist.partition.format import PartitionFormatError, load_meta, load_node
 from gnn_dist.partition.graph import Graph
 from gnn_dist.partition.metis import PartitionError, assign_parts
 from gnn_dist.partition.partitioner import partition_graph
-from tests.conftest import run_cli
+from gnn_dist.partition_report import edge_imbalance_warning
+from tests.conftest import run_cli, run_mpi
 
 
 def owner_of_original(directory) -> np.ndarray:
@@ -199,6 +200,29 @@ def test_balance_edges_evens_each_parts_edges_by_the_datasets_own_degrees(tmp_pa
                    "--balance-train", "--balance-edges")
     assert done.returncode != 0 and "use one of them" in done.stderr
     assert not (tmp_path / "both").exists()
+
+
+def test_attention_training_on_parts_uneven_in_edges_warns_once_and_names_the_fix(tmp_path):
+    """GAT on node-balanced parts of synthetic:small (skewed degrees) is told which part is heaviest in edges,
+    by how much (counted from the dataset's own degrees), and that --balance-edges evens them; GCN and SAGE,
+    whose dense transforms dominate, and GAT on edge-balanced parts are not warned."""
+    graph = load_dataset("synthetic:small")
+    in_degree = np.bincount(graph.edge_index[1], minlength=graph.num_nodes)
+    partition_graph(graph, 4, tmp_path / "nodes")
+    partition_graph(graph, 4, tmp_path / "edges", balance_edges=True)
+    meta, node_map = load_meta(tmp_path / "nodes"), load_node_map(tmp_path / "nodes")
+    loads = [in_degree[node_map[meta.partptr[k]:meta.partptr[k + 1]]].sum() for k in range(4)]
+    heaviest, balance = int(np.argmax(loads)), max(loads) / np.mean(loads)
+    assert balance > 1.15
+    warning = edge_imbalance_warning(meta, "gat")
+    assert warning is not None
+    assert warning.startswith(f"part {heaviest} aggregates {balance:.2f}x the mean") and "--balance-edges" in warning
+    assert edge_imbalance_warning(meta, "gcn") is None and edge_imbalance_warning(meta, "sage") is None
+    assert edge_imbalance_warning(load_meta(tmp_path / "edges"), "gat") is None
+    done = run_mpi(4, "train", "--parts", str(tmp_path / "nodes"), "--model", "gat", "--hidden", "8",
+                   "--epochs", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count(warning) == 1, done.stderr  # rank 0 alone says it
 
 
 def test_every_part_gets_a_node_on_a_tiny_graph(tmp_path):

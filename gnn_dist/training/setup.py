@@ -35,6 +35,7 @@ from gnn_dist.log import rank_logger
 from gnn_dist.memory_plan import plan_config_of, plan_part
 from gnn_dist.metrics import MetricsWriter
 from gnn_dist.partition.format import load_meta, load_part, part_shape
+from gnn_dist.partition_report import edge_imbalance_warning
 from gnn_dist.peers import PeerMonitor
 from gnn_dist.rss import current_rss_bytes
 from gnn_dist.schedules import parse_schedule, schedule_for_model
@@ -85,6 +86,10 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
         return meta, part, metrics, task
 
     meta, part, metrics, task = agree_on_setup(ctx, build_local)  # type: ignore[misc]
+    if ctx.is_root and config.mode == "full":
+        uneven = edge_imbalance_warning(meta, config.model.model)
+        if uneven:
+            rank_logger(ctx.rank).warning(uneven)
     device = rank_device(config.device, ctx.comm)
     planned = refuse_if_memory_short(ctx, config, part, task, device) if config.mode == "full" else (None, None)
     # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
