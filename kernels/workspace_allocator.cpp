@@ -72,6 +72,10 @@ class WorkspaceAllocator final : public c10::Allocator {
       ++reuses_;
       return hand_out(unlink(exact), size);
     }
+    // Room under the mark for a block of its own: map one rather than resize a cached block of another size,
+    // which that size's next request would then miss in turn (the same sizes recur every epoch, so once each
+    // has its own blocks the steady state faults nothing in).
+    if (alive_ + cached_bytes_ + size <= mark(size)) return map_new(size);
     // The nearest cached block: the smallest at least this size (shrunk, no page faults), else the largest
     // below it (grown: only the difference faults in).
     auto nearest = by_size_.lower_bound(size);
@@ -88,6 +92,10 @@ class WorkspaceAllocator final : public c10::Allocator {
       ++unmaps_;
     }
     make_room(size);
+    return map_new(size);
+  }
+
+  void* map_new(size_t size) {  // with the lock held
     void* ptr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ptr == MAP_FAILED) {
       while (!cached_.empty()) evict_oldest();  // the address space or the memory is short: give it all back
@@ -112,9 +120,14 @@ class WorkspaceAllocator final : public c10::Allocator {
   // Unmaps cached blocks, oldest first, until `extra` more bytes fit under the high-water mark (or under the
   // total alive with them, when that is higher: a new high-water mark).
   void make_room(size_t extra) {
-    const size_t mark = static_cast<size_t>(static_cast<double>(std::max(high_water_, alive_ + extra)) *
-                                            (1.0 + slack_));
-    while (!cached_.empty() && alive_ + cached_bytes_ + extra > mark) evict_oldest();
+    const size_t limit = mark(extra);
+    while (!cached_.empty() && alive_ + cached_bytes_ + extra > limit) evict_oldest();
+  }
+
+  // What alive + cached may reach once `extra` more is alive: the high-water mark (or the total alive with
+  // `extra`, when that is higher), times 1 + slack.
+  size_t mark(size_t extra) const {
+    return static_cast<size_t>(static_cast<double>(std::max(high_water_, alive_ + extra)) * (1.0 + slack_));
   }
 
   void* hand_out(const Block& block, size_t size) { return hand_out(block.ptr, size); }

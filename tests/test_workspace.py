@@ -59,8 +59,8 @@ print(json.dumps(report))
 """
 
 
-def _run(epochs: int, allocator: str) -> dict:
-    env = {**os.environ, "GNN_DIST_ALLOCATOR": allocator, "OMP_NUM_THREADS": "1",
+def _run(epochs: int, allocator: str, slack: float = 0.0) -> dict:
+    env = {**os.environ, "GNN_DIST_ALLOCATOR": allocator, "OMP_NUM_THREADS": "1", "GNN_DIST_WORKSPACE_SLACK": str(slack),
            "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     done = subprocess.run([sys.executable, "-c", PATTERN, str(epochs)], capture_output=True, text=True, env=env,
                           timeout=300)
@@ -90,3 +90,21 @@ def test_the_steady_state_faults_in_less_than_half_of_what_malloc_does_at_no_mor
     # the phases peak at 18 MB alive; 1 MiB for the allocator's own bookkeeping
     assert workspace["peak_rss_kib"] <= system["peak_rss_kib"] + 1024, (workspace["peak_rss_kib"],
                                                                         system["peak_rss_kib"])
+
+
+def test_with_slack_for_every_size_the_steady_state_maps_and_faults_in_nothing():
+    """GNN_DIST_WORKSPACE_SLACK=s lets the cache hold (1 + s) x the most ever alive. With room for a block of its
+    own, a size missing from the cache is mapped rather than taken from another size's cached block (which that
+    size would then miss in turn), so once every size has its blocks an epoch maps, resizes and faults in
+    nothing. The phases' nine sizes total 2.9x the most alive at once: slack 2 holds them all."""
+    report = _run(5, "workspace", slack=2.0)
+    assert report["on"] and report["mismatches"] == 0
+    for epoch, _, held, most_alive in report["steps"]:
+        assert held <= 3.0 * most_alive, (epoch, held, most_alive)
+    maps_by_epoch = {}
+    for epoch, maps, _, _ in report["steps"]:
+        maps_by_epoch[epoch] = maps
+    assert maps_by_epoch[1] == maps_by_epoch[4], maps_by_epoch  # no mapping after the first epoch
+    system = _run(5, "system")
+    steady, reference = max(_faults_per_epoch(report)[2:]), min(_faults_per_epoch(system)[2:])
+    assert steady <= 0.02 * reference, (_faults_per_epoch(report), _faults_per_epoch(system))
