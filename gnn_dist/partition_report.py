@@ -48,8 +48,8 @@ def edge_imbalance_warning(meta, model_name: str) -> str | None:
         return None
     heaviest = max(range(meta.num_parts), key=lambda k: edge_counts(meta)[k])
     return (f"part {heaviest} aggregates {balance:.2f}x the mean of the parts' edges: {model_name}'s attention works "
-            f"per edge, so the other ranks wait for it in every layer; `gnn-dist partition --balance-edges` evens "
-            f"the edges (gnn-dist inspect shows the balance)")
+            f"per edge, so the other ranks wait for it in every layer; partition again with --balance-edges to "
+            f"even the edges (gnn-dist inspect shows the balance)")
 
 
 def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = None, *,
