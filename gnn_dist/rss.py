@@ -132,6 +132,11 @@ def return_large_blocks_on_free() -> None:
 
 
 ALLOCATOR_ENV = "GNN_DIST_ALLOCATOR"
+# The workspace advises blocks of at least one huge page to use transparent huge pages (where the kernel's THP
+# setting is "madvise" or "always"); GNN_DIST_HUGEPAGES=0 keeps small pages. On sbm60k GCN 3x256 the epoch
+# fell by 5-16% at P=1 and 1-22% at P=2 (benchmarks/results/workspace-hugepages-sbm60k.md), RSS unchanged.
+HUGE_PAGES_ENV = "GNN_DIST_HUGEPAGES"
+HUGE_PAGE_BYTES = 2 << 20
 
 
 def use_workspace() -> bool:
@@ -149,7 +154,9 @@ def use_workspace() -> bool:
     native = native_module()
     if native is None:
         return False
-    native.install_workspace_allocator(MMAP_THRESHOLD_BYTES, float(os.environ.get("GNN_DIST_WORKSPACE_SLACK", "0")))
+    huge = os.environ.get(HUGE_PAGES_ENV, "1") != "0"
+    native.install_workspace_allocator(MMAP_THRESHOLD_BYTES, float(os.environ.get("GNN_DIST_WORKSPACE_SLACK", "0")),
+                                       HUGE_PAGE_BYTES if huge else 0)
     return True
 
 

@@ -582,7 +582,7 @@ std::vector<torch::Tensor> attention_backward(torch::Tensor crow, torch::Tensor 
 }
 
 // kernels/workspace_allocator.cpp
-void install_workspace_allocator(int64_t threshold_bytes, double slack);
+void install_workspace_allocator(int64_t threshold_bytes, double slack, int64_t huge_pages_from_bytes);
 std::unordered_map<std::string, int64_t> workspace_stats();
 void release_workspace();
 

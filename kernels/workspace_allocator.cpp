@@ -32,7 +32,8 @@ struct Block {
 
 class WorkspaceAllocator final : public c10::Allocator {
  public:
-  WorkspaceAllocator(size_t threshold, double slack) : threshold_(threshold), slack_(slack) {}
+  WorkspaceAllocator(size_t threshold, double slack, size_t huge_from)
+      : threshold_(threshold), slack_(slack), huge_from_(huge_from) {}
 
   c10::DataPtr allocate(size_t n) override {
     if (n < threshold_) {
@@ -55,7 +56,7 @@ class WorkspaceAllocator final : public c10::Allocator {
 
   std::unordered_map<std::string, int64_t> stats() {
     std::lock_guard<std::mutex> guard(mutex_);
-    return {{"maps", maps_}, {"reuses", reuses_}, {"resizes", resizes_}, {"unmaps", unmaps_}, {"alive_bytes", (int64_t)alive_},
+    return {{"maps", maps_}, {"huge_advised", huge_advised_}, {"reuses", reuses_}, {"resizes", resizes_}, {"unmaps", unmaps_}, {"alive_bytes", (int64_t)alive_},
             {"cached_bytes", (int64_t)cached_bytes_}, {"high_water_bytes", (int64_t)high_water_},
             {"threshold_bytes", (int64_t)threshold_}};
   }
@@ -102,6 +103,12 @@ class WorkspaceAllocator final : public c10::Allocator {
       ptr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       TORCH_CHECK(ptr != MAP_FAILED, "gnn-dist workspace: cannot map ", size, " bytes");
     }
+    // Transparent huge pages where the kernel grants them (THP "madvise" or "always"), as torch's own CPU
+    // allocator does under THP_MEM_ALLOC_ENABLE: a block's first touch then faults once per 2 MiB instead of
+    // once per 4 KiB, and the SpMM's gathers of neighbour rows miss the TLB less. A block holds one tensor,
+    // which its kernels write whole, so about as much is resident as with small pages (sbm60k GCN: peak RSS
+    // per rank unchanged). mremap keeps the advice when it resizes a block.
+    if (huge_from_ != 0 && size >= huge_from_ && madvise(ptr, size, MADV_HUGEPAGE) == 0) ++huge_advised_;
     ++maps_;
     return hand_out(ptr, size);
   }
@@ -170,12 +177,13 @@ class WorkspaceAllocator final : public c10::Allocator {
 
   const size_t threshold_;
   const double slack_;
+  const size_t huge_from_;  // blocks of at least this many bytes are advised to use huge pages; 0: none
   std::mutex mutex_;
   std::list<Block> cached_;  // most recently freed first
   std::map<size_t, std::vector<std::list<Block>::iterator>> by_size_;  // cached blocks by size, ordered
   std::unordered_map<void*, size_t> sizes_;  // blocks alive
   size_t alive_ = 0, cached_bytes_ = 0, high_water_ = 0;
-  int64_t maps_ = 0, reuses_ = 0, resizes_ = 0, unmaps_ = 0;
+  int64_t maps_ = 0, huge_advised_ = 0, reuses_ = 0, resizes_ = 0, unmaps_ = 0;
 };
 
 WorkspaceAllocator* WorkspaceAllocator::instance = nullptr;
@@ -184,9 +192,10 @@ WorkspaceAllocator* WorkspaceAllocator::instance = nullptr;
 
 // Makes the workspace torch's CPU allocator from now on (tensors allocated before keep their own deleters).
 // Idempotent. The allocator is never destroyed: tensors may be freed during interpreter shutdown.
-void install_workspace_allocator(int64_t threshold_bytes, double slack) {
+void install_workspace_allocator(int64_t threshold_bytes, double slack, int64_t huge_pages_from_bytes) {
   if (WorkspaceAllocator::instance == nullptr) {
-    WorkspaceAllocator::instance = new WorkspaceAllocator(static_cast<size_t>(threshold_bytes), slack);
+    WorkspaceAllocator::instance = new WorkspaceAllocator(static_cast<size_t>(threshold_bytes), slack,
+                                                          static_cast<size_t>(huge_pages_from_bytes));
     c10::SetCPUAllocator(WorkspaceAllocator::instance, /*priority=*/1);
   }
 }

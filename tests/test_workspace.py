@@ -108,3 +108,46 @@ def test_with_slack_for_every_size_the_steady_state_maps_and_faults_in_nothing()
     system = _run(5, "system")
     steady, reference = max(_faults_per_epoch(report)[2:]), min(_faults_per_epoch(system)[2:])
     assert steady <= 0.02 * reference, (_faults_per_epoch(report), _faults_per_epoch(system))
+
+
+HUGE_PAGE_PROBE = r"""
+import json, sys
+import torch
+from gnn_dist.rss import use_workspace, workspace_stats
+
+assert use_workspace()
+tensors = {"large": torch.empty(3 << 20, dtype=torch.float32), "small": torch.empty(300_000, dtype=torch.float32)}
+flags = {}
+for name, tensor in tensors.items():
+    tensor.fill_(1.0)
+    address, lines = tensor.data_ptr(), open("/proc/self/smaps").read().splitlines()
+    for at, line in enumerate(lines):  # a VMA's header "start-end perms ...", then its fields, VmFlags among them
+        span = line.split(" ", 1)[0]
+        if "-" in span and all(c in "0123456789abcdef-" for c in span):
+            start, end = (int(v, 16) for v in span.split("-"))
+            if start <= address < end:
+                vm_flags = next(l for l in lines[at + 1:] if l.startswith("VmFlags:"))
+                flags[name] = vm_flags.split()[1:]
+                break
+print(json.dumps({"flags": flags, "huge_advised": workspace_stats()["huge_advised"]}))
+"""
+
+
+@pytest.mark.skipif(not Path("/sys/kernel/mm/transparent_hugepage/enabled").exists(),
+                    reason="this kernel has no transparent huge pages")
+@pytest.mark.parametrize("setting", ["default", "0"])
+def test_blocks_of_a_huge_page_or_more_are_advised_to_use_huge_pages_unless_turned_off(setting):
+    """The kernel's own view (the VMA's VmFlags in /proc/self/smaps: "hg" is MADV_HUGEPAGE): a 12 MiB tensor's
+    block is advised by default and not under GNN_DIST_HUGEPAGES=0; a 1.2 MiB one (below 2 MiB) never is."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("GNN_DIST_HUGEPAGES", None)
+    if setting != "default":
+        env["GNN_DIST_HUGEPAGES"] = setting
+    done = subprocess.run([sys.executable, "-c", HUGE_PAGE_PROBE], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert "hg" not in report["flags"]["small"], report
+    if setting == "default":
+        assert "hg" in report["flags"]["large"] and report["huge_advised"] >= 1, report
+    else:
+        assert "hg" not in report["flags"]["large"] and report["huge_advised"] == 0, report
