@@ -134,7 +134,7 @@ def return_large_blocks_on_free() -> None:
 ALLOCATOR_ENV = "GNN_DIST_ALLOCATOR"
 # The workspace advises blocks of at least one huge page to use transparent huge pages (where the kernel's THP
 # setting is "madvise" or "always"); GNN_DIST_HUGEPAGES=0 keeps small pages. On sbm60k GCN 3x256 the epoch
-# fell by 5-16% at P=1 and 1-22% at P=2 (benchmarks/results/workspace-hugepages-sbm60k.md), RSS unchanged.
+# fell by 4-16% at P=1 and 1-22% at P=2 (benchmarks/results/workspace-hugepages-sbm60k.md), RSS unchanged.
 HUGE_PAGES_ENV = "GNN_DIST_HUGEPAGES"
 HUGE_PAGE_BYTES = 2 << 20
 
