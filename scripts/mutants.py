@@ -368,7 +368,7 @@ MUTANTS = [
            ("tests/test_workspace.py::test_the_workspace_never_holds_more_than_the_most_ever_alive",)),
     Mutant("workspace: a size missing from the cache resizes another size's block even with room to map its own",
            "kernels/workspace_allocator.cpp",
-           "    if (alive_ + cached_bytes_ + size <= mark(size)) return map_new(size);",
+           "    if (slack_ > 0 && alive_ + cached_bytes_ + size <= mark(size)) return map_new(size);",
            "    if (false) return map_new(size);",
            ("tests/test_workspace.py::test_with_slack_for_every_size_the_steady_state_maps_and_faults_in_nothing",)),
     Mutant("workspace: no block is advised to use huge pages",
