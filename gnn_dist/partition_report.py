@@ -46,7 +46,8 @@ def edge_imbalance_warning(meta, model_name: str) -> str | None:
     balance = edge_balance(meta)
     if balance <= EDGE_IMBALANCE_WARNING:
         return None
-    heaviest = max(range(meta.num_parts), key=lambda k: edge_counts(meta)[k])
+    edges = edge_counts(meta)
+    heaviest = edges.index(max(edges))
     return (f"part {heaviest} aggregates {balance:.2f}x the mean of the parts' edges: {model_name}'s attention works "
             f"per edge, so the other ranks wait for it in every layer; partition again with --balance-edges to "
             f"even the edges (gnn-dist inspect shows the balance)")

@@ -161,7 +161,8 @@ def use_workspace() -> bool:
 
 
 def workspace_stats() -> dict[str, int]:
-    """The workspace allocator's counters (maps, reuses, resizes, unmaps, alive/cached/high-water bytes); {} when off."""
+    """The workspace allocator's counters (maps, huge_advised, reuses, resizes, unmaps, alive/cached/high-water
+    bytes); {} when off."""
     from gnn_dist.kernels.native import native_module
 
     native = native_module()

@@ -101,9 +101,7 @@ def test_with_slack_for_every_size_the_steady_state_maps_and_faults_in_nothing()
     assert report["on"] and report["mismatches"] == 0
     for epoch, _, held, most_alive in report["steps"]:
         assert held <= 3.0 * most_alive, (epoch, held, most_alive)
-    maps_by_epoch = {}
-    for epoch, maps, _, _ in report["steps"]:
-        maps_by_epoch[epoch] = maps
+    maps_by_epoch = {epoch: maps for epoch, maps, _, _ in report["steps"]}  # the count after each epoch's last step
     assert maps_by_epoch[1] == maps_by_epoch[4], maps_by_epoch  # no mapping after the first epoch
     system = _run(5, "system")
     steady, reference = max(_faults_per_epoch(report)[2:]), min(_faults_per_epoch(system)[2:])
