@@ -22,72 +22,106 @@ static void on_host(std::initializer_list<torch::Tensor> tensors, const char* ke
                 t.device().str(), " tensor (a device run takes the torch formulation)");
 }
 
+// Rows r of the output from entries [begin[r], end[r]) of a CSR operator (MKL's four-array form: a row's
+// entries need not run to the next row's start), reading x at row col[k] - col_offset. With begin = crow and
+// end = crow + 1 this is the plain product; other ranges take a row's owned-column or halo-column entries
+// alone (gnn_dist.halo_overlap), whose x is then only that side's rows. accumulate adds to y instead of
+// overwriting it (and takes no bias).
 template <typename scalar_t, typename index_t>
-static void spmm_rows(const index_t* crow, const index_t* col, const scalar_t* val, const scalar_t* x,
-                      const scalar_t* bias, scalar_t* y, int64_t begin, int64_t end, int64_t width) {
-  for (int64_t i = begin; i < end; ++i) {
+static void spmm_rows(const index_t* begin, const index_t* end, const index_t* col, const scalar_t* val,
+                      const scalar_t* x, int64_t col_offset, const scalar_t* bias, bool accumulate, scalar_t* y,
+                      int64_t first, int64_t last, int64_t width) {
+  for (int64_t i = first; i < last; ++i) {
     scalar_t* __restrict__ out = y + i * width;
     if (bias != nullptr) {
       for (int64_t f = 0; f < width; ++f) out[f] = bias[f];
-    } else {
+    } else if (!accumulate) {
       for (int64_t f = 0; f < width; ++f) out[f] = scalar_t(0);
     }
-    const int64_t stop = crow[i + 1];
-    int64_t k = crow[i];
+    const int64_t stop = end[i];
+    int64_t k = begin[i];
     // Two neighbours per pass halves the loads and stores of the output row.
     for (; k + 1 < stop; k += 2) {
       const scalar_t a = val[k], b = val[k + 1];
-      const scalar_t* __restrict__ xa = x + static_cast<int64_t>(col[k]) * width;
-      const scalar_t* __restrict__ xb = x + static_cast<int64_t>(col[k + 1]) * width;
+      const scalar_t* __restrict__ xa = x + (static_cast<int64_t>(col[k]) - col_offset) * width;
+      const scalar_t* __restrict__ xb = x + (static_cast<int64_t>(col[k + 1]) - col_offset) * width;
       for (int64_t f = 0; f < width; ++f) out[f] += a * xa[f] + b * xb[f];
     }
     if (k < stop) {
       const scalar_t a = val[k];
-      const scalar_t* __restrict__ xa = x + static_cast<int64_t>(col[k]) * width;
+      const scalar_t* __restrict__ xa = x + (static_cast<int64_t>(col[k]) - col_offset) * width;
       for (int64_t f = 0; f < width; ++f) out[f] += a * xa[f];
     }
   }
 }
 
 template <typename index_t>
-static void spmm_dispatch(const torch::Tensor& crow, const torch::Tensor& col, const torch::Tensor& val,
-                          const torch::Tensor& x, const c10::optional<torch::Tensor>& bias, torch::Tensor& y) {
-  const int64_t rows = crow.size(0) - 1;
+static void spmm_dispatch(const torch::Tensor& begin, const torch::Tensor& end, const torch::Tensor& col,
+                          const torch::Tensor& val, const torch::Tensor& x, int64_t col_offset,
+                          const c10::optional<torch::Tensor>& bias, bool accumulate, torch::Tensor& y) {
+  const int64_t rows = y.size(0);
   const int64_t width = x.size(1);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "csr_spmm", [&] {
-    const index_t* crow_p = crow.data_ptr<index_t>();
+    const index_t* begin_p = begin.data_ptr<index_t>();
+    const index_t* end_p = end.data_ptr<index_t>();
     const index_t* col_p = col.data_ptr<index_t>();
     const scalar_t* val_p = val.data_ptr<scalar_t>();
     const scalar_t* x_p = x.data_ptr<scalar_t>();
     const scalar_t* bias_p = bias.has_value() ? bias->data_ptr<scalar_t>() : nullptr;
     scalar_t* y_p = y.data_ptr<scalar_t>();
     // Grain: enough rows that a chunk is worth a task; row costs vary with degree.
-    at::parallel_for(0, rows, 256, [&](int64_t begin, int64_t end) {
-      spmm_rows<scalar_t, index_t>(crow_p, col_p, val_p, x_p, bias_p, y_p, begin, end, width);
+    at::parallel_for(0, rows, 256, [&](int64_t first, int64_t last) {
+      spmm_rows<scalar_t, index_t>(begin_p, end_p, col_p, val_p, x_p, col_offset, bias_p, accumulate, y_p, first,
+                                   last, width);
     });
   });
+}
+
+static void check_operands(const torch::Tensor& crow, const torch::Tensor& col, const torch::Tensor& val,
+                           const torch::Tensor& x, const c10::optional<torch::Tensor>& bias, const char* kernel) {
+  on_host({crow, col, val, x}, kernel);
+  if (bias) on_host({*bias}, kernel);
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be a contiguous matrix");
+  TORCH_CHECK(crow.scalar_type() == col.scalar_type() &&
+              (crow.scalar_type() == torch::kInt64 || crow.scalar_type() == torch::kInt32),
+              "indices must be int32 or int64, both the same");
+  TORCH_CHECK(val.scalar_type() == x.scalar_type(), "values and x must share a dtype");
+}
+
+static void spmm_typed(const torch::Tensor& begin, const torch::Tensor& end, const torch::Tensor& col,
+                       const torch::Tensor& val, const torch::Tensor& x, int64_t col_offset,
+                       const c10::optional<torch::Tensor>& bias, bool accumulate, torch::Tensor& y) {
+  if (y.size(0) == 0 || x.size(1) == 0) return;
+  if (col.scalar_type() == torch::kInt32)
+    spmm_dispatch<int32_t>(begin, end, col, val, x, col_offset, bias, accumulate, y);
+  else
+    spmm_dispatch<int64_t>(begin, end, col, val, x, col_offset, bias, accumulate, y);
 }
 
 // int32 indices (what kernels/spmm.py builds whenever nnz < 2**31) halve the index bytes
 // streamed per non-zero; int64 is accepted for larger matrices.
 torch::Tensor csr_spmm(torch::Tensor crow, torch::Tensor col, torch::Tensor val, torch::Tensor x,
                        c10::optional<torch::Tensor> bias) {
-  on_host({crow, col, val, x}, "csr_spmm");
-  if (bias) on_host({*bias}, "csr_spmm");
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be a contiguous matrix");
-  TORCH_CHECK(crow.scalar_type() == col.scalar_type() &&
-              (crow.scalar_type() == torch::kInt64 || crow.scalar_type() == torch::kInt32),
-              "indices must be int32 or int64, both the same");
-  TORCH_CHECK(val.scalar_type() == x.scalar_type(), "values and x must share a dtype");
+  check_operands(crow, col, val, x, bias, "csr_spmm");
   const int64_t rows = crow.size(0) - 1;
-  const int64_t width = x.size(1);
-  auto y = torch::empty({rows, width}, x.options());
-  if (rows == 0 || width == 0) return y;
-  if (crow.scalar_type() == torch::kInt32)
-    spmm_dispatch<int32_t>(crow, col, val, x, bias, y);
-  else
-    spmm_dispatch<int64_t>(crow, col, val, x, bias, y);
+  auto y = torch::empty({rows, x.size(1)}, x.options());
+  spmm_typed(crow.narrow(0, 0, rows), crow.narrow(0, 1, rows), col, val, x, 0, bias, false, y);
   return y;
+}
+
+// y[r] = (or +=) sum over entries [begin[r], end[r]) of val[k] * x[col[k] - col_offset] (+ bias), in place:
+// the product of one side of a row's columns (owned or halo), or of a range of rows, into rows a caller owns.
+void csr_spmm_into(torch::Tensor begin, torch::Tensor end, torch::Tensor col, torch::Tensor val, torch::Tensor x,
+                   int64_t col_offset, c10::optional<torch::Tensor> bias, bool accumulate, torch::Tensor y) {
+  check_operands(begin, col, val, x, bias, "csr_spmm_into");
+  on_host({end, y}, "csr_spmm_into");
+  TORCH_CHECK(begin.scalar_type() == end.scalar_type() && begin.is_contiguous() && end.is_contiguous() &&
+              begin.size(0) == y.size(0) && end.size(0) == y.size(0),
+              "begin and end must be contiguous, one entry per output row, of one index type");
+  TORCH_CHECK(y.dim() == 2 && y.is_contiguous() && y.size(1) == x.size(1) && y.scalar_type() == x.scalar_type(),
+              "y must be a contiguous matrix of x's width and dtype");
+  TORCH_CHECK(!(accumulate && bias), "an accumulating product takes no bias");
+  spmm_typed(begin, end, col, val, x, col_offset, bias, accumulate, y);
 }
 
 // 2. Keyed dropout (optionally fused with the ReLU before it) in one pass over memory.
@@ -600,6 +634,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("relabel_hop", &relabel_hop, "positions of a hop's sources in [nodes | new sources]", without_gil);
   m.def("sample_rows", &sample_rows, "keyed uniform neighbour sampling without replacement", without_gil);
   m.def("csr_spmm", &csr_spmm, "CSR sparse x dense (+ bias)", without_gil);
+  m.def("csr_spmm_into", &csr_spmm_into, "rows of a CSR product from per-row entry ranges, into y (or added)",
+        without_gil);
   m.def("masked_scale", &masked_scale, "grad * mask * scale (keyed dropout's backward)", without_gil);
   m.def("keyed_dropout", &keyed_dropout, "keyed dropout, optionally fused with the preceding ReLU", without_gil);
 }

@@ -174,3 +174,38 @@ def spmm(op: SparseOperator, x: torch.Tensor, bias: torch.Tensor | None = None) 
     with torch.profiler.record_function("spmm"):
         return _SpMM.apply(op, x, bias)
 
+
+
+def spmm_into(matrix: torch.Tensor, begin: torch.Tensor, end: torch.Tensor, x: torch.Tensor, out: torch.Tensor,
+              col_offset: int = 0, bias: torch.Tensor | None = None, accumulate: bool = False) -> None:
+    """out[r] = (or += with accumulate) the sum over matrix's entries k in [begin[r], end[r]) of
+    values[k] * x[col[k] - col_offset] (+ bias); not differentiable (gnn_dist.halo_overlap builds its autograd).
+
+    The ranges select entries of a CSR matrix without copying them: crow[a:b] and crow[a+1:b+1] are rows
+    [a, b); a row's owned-column entries alone, or its halo-column ones (whose x is then the halo rows only,
+    col_offset the owned count), when its columns are sorted.
+
+    Shapes:
+        matrix: CSR [n_rows, n_cols]; begin, end: [R] (matrix's index dtype); x: [*, F]; out: [R, F]; bias: [F]
+    """
+    if accumulate and bias is not None:
+        raise ValueError("spmm_into: an accumulating product takes no bias")
+    values = matrix.values() if matrix.dtype == x.dtype else matrix.values().to(x.dtype)
+    if out.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and out.is_contiguous():
+        native = native_module()
+        if native is not None:
+            native.csr_spmm_into(begin.contiguous(), end.contiguous(), matrix.col_indices(), values, x.contiguous(),
+                                 col_offset, None if bias is None else bias.to(x.dtype).contiguous(), accumulate, out)
+            return
+    # torch formulation: the ranges' entries as a CSR matrix of their own over x's rows
+    lengths = (end - begin).to(torch.int64)
+    crow = torch.zeros(len(lengths) + 1, dtype=torch.int64, device=x.device)
+    torch.cumsum(lengths, 0, out=crow[1:])
+    entries = torch.arange(int(crow[-1]), device=x.device) \
+        + torch.repeat_interleave(begin.to(torch.int64) - crow[:-1], lengths)
+    part = _matmul(_csr_tensor(crow, matrix.col_indices()[entries].to(torch.int64) - col_offset, values[entries],
+                               (len(lengths), x.shape[0])), x, bias)
+    if accumulate:
+        out.add_(part)
+    else:
+        out.copy_(part)
