@@ -72,6 +72,12 @@ class Pending:
             self._request = None
         self._keep_alive = ()
 
+    def progress(self) -> None:
+        """Let the transfer advance without blocking. An MPI library without a progress thread moves a large
+        message only inside its own calls, so compute that overlaps a transfer calls this between its pieces."""
+        if self._request is not None:
+            self._request.Test()  # a completed request becomes MPI_REQUEST_NULL: wait() then returns at once
+
 
 class Comm:
     """What the runtime needs from a communicator. Counts are in rows of the given tensors."""

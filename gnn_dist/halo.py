@@ -330,6 +330,9 @@ class _Timed(Pending):
             self.inner.wait()
         self.ex.counters.waited(time.perf_counter() - start)
 
+    def progress(self) -> None:
+        self.inner.progress()
+
 
 class _DecodeOnWait(Pending):
     def __init__(self, inner: Pending, codec: Codec, wire: torch.Tensor, out: torch.Tensor, ex: HaloExchanger):
@@ -346,6 +349,10 @@ class _DecodeOnWait(Pending):
         self.ex.counters.waited(time.perf_counter() - start)
         self.codec.decode(self.wire, self.out)
         self.done = True
+
+    def progress(self) -> None:
+        if not self.done:
+            self.inner.progress()
 
 
 class _HaloGather(torch.autograd.Function):

@@ -61,6 +61,9 @@ class _ModelledPending:
         if remaining > 0:
             time.sleep(remaining)
 
+    def progress(self) -> None:
+        self.inner.progress()
+
 
 class ModelledLinkComm(CommWrapper):
     """`inner` with every data exchange held to the link model's time (the rest is passed through)."""

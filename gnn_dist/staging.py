@@ -136,6 +136,10 @@ class _StagedPending(Pending):
             self._staged.buffers.give_back(buffer)
         self._landing, self._held = [], []
 
+    def progress(self) -> None:
+        if self._inner is not None:
+            self._inner.progress()
+
 
 class StagedComm(CommWrapper):
     """`inner` with device tensors staged through reusable host buffers (module docstring)."""
