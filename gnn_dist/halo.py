@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gnn_dist import halo_overlap
 from gnn_dist.codec import Codec
 from gnn_dist.comm import Comm, Pending
 from gnn_dist.device import HOST
@@ -139,6 +140,7 @@ class HaloExchanger:
     # it still has. An attention layer's softmax would count an absent (zero) row as a neighbour.
     renormalising_slots: set = field(default_factory=set)
     _buffers: dict = field(default_factory=dict)
+    _splits: dict = field(default_factory=dict)  # id(operator) -> its halo_overlap.OwnedHaloSplit
 
     def __post_init__(self):
         if self.schedule is None:
@@ -168,6 +170,20 @@ class HaloExchanger:
         if not self.training or self.guard_exact:
             return _exact()
         return self.schedule.for_slot(slot)
+
+    def overlapped(self, slot: str, attention: bool) -> bool:
+        """Whether slot's exchange in this pass overlaps the owned rows' product (gnn_dist.halo_overlap): the
+        same answer on every rank, as the exchange is a collective."""
+        return self.plan.num_parts > 1 and halo_overlap.overlaps(self.active_schedule(slot).kind, attention,
+                                                                 sequential=False, device=self.plan.device.type)
+
+    def owned_halo_split(self, operator) -> halo_overlap.OwnedHaloSplit:
+        """The operator's rows split at the owned/halo column boundary, built on first use (layers share it)."""
+        split = self._splits.get(id(operator))
+        if split is None or split.operator is not operator:
+            split = halo_overlap.OwnedHaloSplit.of(operator, self.plan.n_owned)
+            self._splits[id(operator)] = split
+        return split
 
     def reweights_rows(self, slot: str) -> bool:
         """Whether slot's aggregation may be reweighted in this pass (then the layer adds its bias after

@@ -5,9 +5,12 @@ import numpy as np
 import pytest
 import torch
 
+from gnn_dist import halo_overlap
+from gnn_dist.comm import CommWrapper, Pending
 from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.halo import HaloExchanger, HaloPlan
+from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_part
 from gnn_dist.simulated_ranks import run_fake_ranks
@@ -61,6 +64,92 @@ def test_backward_returns_halo_gradients_to_their_owners(partitioned):
             assert torch.allclose(grad[row], expected[node])
 
 
+class DeliveredOnWait(CommWrapper):
+    """Non-blocking exchanges whose rows land only when waited for (the receive buffer holds NaN until then),
+    recording the order of posts, progress calls and waits."""
+
+    def __init__(self, inner, events: list):
+        super().__init__(inner)
+        self.events = events
+
+    def ialltoallv(self, send, send_counts, recv, recv_counts):
+        landed = torch.empty_like(recv)
+        sent = self.inner.alltoallv(send, send_counts, landed, recv_counts)
+        recv.fill_(float("nan"))
+        self.events.append("post")
+        return _LandsOnWait(landed, recv, self.events), sent
+
+
+class _LandsOnWait(Pending):
+    def __init__(self, landed, recv, events):
+        super().__init__()
+        self.landed, self.recv, self.events = landed, recv, events
+
+    def progress(self):
+        self.events.append("progress")
+
+    def wait(self):
+        self.events.append("wait")
+        self.recv.copy_(self.landed)
+
+
+def edge_weight(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """A weight per directed edge of original ids, the same on whichever rank holds it."""
+    return np.cos(rows * 0.11 + cols * 0.07)
+
+
+@pytest.mark.parametrize("chunk_rows", [7, 4096])
+def test_overlapped_aggregation_multiplies_owned_rows_while_the_halo_travels_and_equals_the_dense_products(
+        partitioned, monkeypatch, chunk_rows):
+    monkeypatch.setattr(halo_overlap, "CHUNK_ROWS", chunk_rows)
+    directory = partitioned("synthetic:tiny", 3)
+    width = 4
+
+    def rank_fn(comm):
+        part = load_part(directory, comm.rank)
+        events = []
+        ex = HaloExchanger(DeliveredOnWait(comm, events), HaloPlan.from_part(part))
+        ids = np.concatenate([part.node_ids, part.halo_ids])
+        rows = np.repeat(np.arange(part.n_owned), np.diff(part.indptr))
+        weights = edge_weight(part.node_ids[rows], ids[part.indices])
+        op = SparseOperator.from_csr(part.indptr, part.indices, weights, (part.n_owned, len(ids)), torch.float64)
+        assert ex.overlapped("t", attention=False)
+        x = node_values(part.node_ids, width).requires_grad_(True)
+        bias = torch.arange(width, dtype=torch.float64)
+        out = halo_overlap.overlapped_aggregation(ex.owned_halo_split(op), ex, x, bias, "t")
+        forward_events = list(events)
+        upstream = node_values(part.node_ids, width) * (comm.rank + 1)
+        out.backward(upstream)
+        dense = op.to_dense()
+        assert torch.allclose(out.detach(), dense @ node_values(ids, width) + bias, atol=1e-12)
+        # the bytes this rank sends in a blocking exchange: its boundary rows to the peers that read them, then
+        # the gradient of every halo row back to its owner, float64
+        assert ex.counters.halo_bytes == (ex.plan.rows_sent_to_peers + part.n_halo) * width * 8
+        return ids, dense.t() @ upstream, x.grad, forward_events, events[len(forward_events):], part.n_owned
+
+    results = run_fake_ranks(3, rank_fn)
+    expected = {}  # each node's gradient: the sum over every rank that reads it of A^T times that rank's upstream
+    for ids, through_transpose, *_ in results:
+        for row, node in enumerate(ids):
+            expected[node] = expected.get(node, 0) + through_transpose[row]
+    for ids, _, grad, forward_events, backward_events, n_owned in results:
+        for row in range(n_owned):
+            assert torch.allclose(grad[row], expected[ids[row]], atol=1e-12)
+        # posted, then nudged after each chunk of the owned product, then waited for: in both directions
+        chunks = -(-n_owned // chunk_rows)
+        assert forward_events == backward_events == ["post"] + ["progress"] * chunks + ["wait"]
+
+
+def test_only_exact_exchanges_of_linear_layers_on_the_host_overlap(monkeypatch):
+    assert halo_overlap.overlaps("exact", attention=False, sequential=False, device="cpu")
+    assert not halo_overlap.overlaps("pipeline", attention=False, sequential=False, device="cpu")
+    assert not halo_overlap.overlaps("exact", attention=True, sequential=False, device="cpu")
+    assert not halo_overlap.overlaps("exact", attention=False, sequential=True, device="cpu")
+    assert not halo_overlap.overlaps("exact", attention=False, sequential=False, device="cuda")
+    monkeypatch.setenv(halo_overlap.OVERLAP_ENV, "0")
+    assert not halo_overlap.overlaps("exact", attention=False, sequential=False, device="cpu")
+
+
 def one_step_on_every_rank(config: TrainConfig, num_parts: int) -> list[tuple]:
     """Per rank: (node ids, train-mode logits, loss, parameters, gradients, the rank's LocalGraph) after one step."""
     def rank_fn(comm):
@@ -86,9 +175,10 @@ CASES = [
 
 
 @pytest.mark.parametrize("model, hidden, num_layers, batch_norm", CASES)
-@pytest.mark.parametrize("num_parts", [1, 3])
-def test_distributed_model_equals_pyg_on_the_whole_graph(partitioned, model, hidden, num_layers, batch_norm,
-                                                         num_parts):
+@pytest.mark.parametrize("num_parts, overlap", [(1, "1"), (3, "1"), (3, "0")])  # one rank exchanges nothing
+def test_distributed_model_equals_pyg_on_the_whole_graph(partitioned, monkeypatch, model, hidden, num_layers,
+                                                         batch_norm, num_parts, overlap):
+    monkeypatch.setenv(halo_overlap.OVERLAP_ENV, overlap)  # on: gnn_dist.halo_overlap; off: the blocking exchange
     directory = partitioned("synthetic:tiny", num_parts)
     config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=3,
                          model=ModelConfig(model=model, hidden=hidden, num_layers=num_layers, dropout=0.0,

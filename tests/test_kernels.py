@@ -162,3 +162,39 @@ def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_fresh_one_kept(tmp
     with pytest.warns(UserWarning, match="did not finish"):
         assert native._remove_stale_build_lock(lock) is True
     assert not lock.exists()
+
+
+@pytest.mark.parametrize("at", [0, 13, 40])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_owned_and_halo_entry_ranges_recompose_the_dense_product_and_its_transpose(at, dtype):
+    from gnn_dist.halo_overlap import OwnedHaloSplit
+    from gnn_dist.kernels.spmm import spmm_into
+
+    op, dense = random_operator(30, 40, 0.25, dtype, seed=at, empty_rows=(4, 11))
+    split = OwnedHaloSplit.of(op, at)
+    x = torch.randn(40, 6, dtype=dtype)
+    bias = torch.randn(6, dtype=dtype)
+    out = torch.full((30, 6), float("nan"), dtype=dtype)
+    # the owned columns' share in two row ranges (written over what was there, bias included), then the halo's
+    for a, b in ((0, 9), (9, 30)):
+        spmm_into(op.matrix, split.begin[a:b], split.mid[a:b], x[:at], out[a:b], bias=bias)
+    assert torch.allclose(out, dense[:, :at] @ x[:at] + bias, atol=1e-5)
+    spmm_into(op.matrix, split.mid, split.end, x[at:], out, col_offset=at, accumulate=True)
+    assert torch.allclose(out, dense @ x + bias, atol=1e-5)
+    # the transpose's rows [at, 40): the halo columns' gradient alone
+    grad = torch.randn(30, 6, dtype=dtype)
+    halo_grad = torch.empty(40 - at, 6, dtype=dtype)
+    spmm_into(op.transpose, *split.halo_gradient_rows(), grad, halo_grad)
+    assert torch.allclose(halo_grad, dense[:, at:].t() @ grad, atol=1e-5)
+    with pytest.raises(ValueError, match="accumulating"):
+        spmm_into(op.matrix, split.mid, split.end, x[at:], out, col_offset=at, bias=bias, accumulate=True)
+
+
+def test_an_operator_whose_rows_are_not_sorted_by_column_cannot_be_split():
+    from gnn_dist.halo_overlap import OwnedHaloSplit
+    from gnn_dist.kernels.spmm import _csr_tensor
+
+    crow, cols = torch.tensor([0, 2, 3]), torch.tensor([3, 0, 1])  # row 0 lists its halo column 3 first
+    matrix = _csr_tensor(crow, cols, torch.ones(3), (2, 4))
+    with pytest.raises(ValueError, match="sorted"):
+        OwnedHaloSplit.of(SparseOperator(matrix=matrix, transpose=None), 2)

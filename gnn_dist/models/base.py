@@ -23,6 +23,7 @@ from torch import nn
 
 from gnn_dist.halo import HaloExchanger
 from gnn_dist.halo_blocks import BlockedOperator, aggregate_exchanged, aggregate_local
+from gnn_dist.halo_overlap import overlapped_aggregation
 from gnn_dist.kernels.spmm import SparseOperator, spmm
 
 
@@ -212,7 +213,8 @@ def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> tor
     Resident (conv.blocked is None): with x_full (the cached [owned | halo]
     inputs of the first layer) nothing is exchanged; otherwise the transformed
     owned rows travel through the halo exchange, so the narrower of the two
-    widths goes on the wire.
+    widths goes on the wire. An exact exchange of a linear layer travels while
+    the owned columns' share is multiplied (gnn_dist.halo_overlap).
 
     Sequential (conv.blocked set, gnn_dist.halo_blocks): x is the owned rows;
     the halo rows either travel block by block, or, for the first layer, come
@@ -234,7 +236,10 @@ def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> tor
         # row's weight), then the bias comes after the factor.
         reweights = conv.exchanger.reweights_rows(conv.slot)
         bias = None if reweights else conv.aggregation_bias
-        if conv.blocked is None:
+        if conv.blocked is None and conv.exchanger.overlapped(conv.slot, conv.attention):
+            aggregated = overlapped_aggregation(conv.exchanger.owned_halo_split(conv.operator), conv.exchanger,
+                                                source, bias, conv.slot)
+        elif conv.blocked is None:
             aggregated = spmm(conv.operator, conv.exchanger.gather(source, conv.slot), bias)
         else:
             aggregated = aggregate_exchanged(conv.blocked, conv.exchanger, source, bias, conv.slot)
