@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from gnn_dist import sparse_features
+from gnn_dist import halo_overlap, sparse_features
 from gnn_dist.config import DEFAULT_HALO_BLOCK_ROWS, FEATURE_DTYPES, ModelConfig
 from gnn_dist.host_memory import PROCESS_BYTES, readable_bytes
 from gnn_dist.kernels.attention import torch_backward_elements
@@ -116,6 +116,9 @@ class _Sizes:
     entries: int        # the operator's entries (self loops included)
     torch_kernels: bool  # torch_kernels(config)
     sparse_input_dropped: int  # bytes of a dropped-out sparse copy of the features (gnn_dist.sparse_features); 0: none
+    # per exchanged layer (layer k at k - 1): whether its exchange overlaps the owned product (gnn_dist.halo_overlap),
+    # which holds only the halo's rows and their gradients, never [owned | halo]
+    overlapped: tuple = ()
 
 
 def largest_blocks(shape: PartShape, config: PlanConfig) -> tuple[int, int]:
@@ -149,8 +152,13 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     block, sent_block = largest_blocks(shape, config)
     touched = min(n, shape.cut_entries * block // h) if h else 0
     sparse_copy = sparse_features.wanted(config, shape.feature_density, conv, *widths[0][:2])
+    exchanged = [w for w in exchanged_widths(model, num_features, num_classes) if w]
+    schedules = parse_schedule(config.schedule).per_layer(len(exchanged))
+    overlapped = tuple(bool(peers) and halo_overlap.overlaps(s.kind, conv.attention, sequential, config.device)
+                       for s in schedules)
     sizes = _Sizes(n, h, block, sent_block, touched, feature_bytes, sequential, nnz, torch_kernels(config),
-                   sparse_features.dropped_bytes(n + h, num_features, shape.feature_density) if sparse_copy else 0)
+                   sparse_features.dropped_bytes(n + h, num_features, shape.feature_density) if sparse_copy else 0,
+                   overlapped)
     on_gpu = config.device != "cpu"
 
     blocks = sum(-(-r // (bound or r)) for r in peers)
@@ -166,13 +174,11 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     }
     if sparse_copy:
         persistent["sparse input features"] = sparse_features.copy_bytes(n + h, num_features, shape.feature_density)
-    exchanged = [w for w in exchanged_widths(model, num_features, num_classes) if w]
     if not sequential and len(peers):
         # send rows and returned gradients, one buffer per distinct width (layers of one width share it)
         persistent["exchange buffers"] = 2 * S * sum(set(exchanged)) * FLOAT
     if len(peers):
         # Rows the schedule keeps between epochs, per exchanged layer (gnn_dist.schedules).
-        schedules = parse_schedule(config.schedule).per_layer(len(exchanged))
         # an attention layer cannot leave absent rows out (its softmax), so a schedule may cache them there
         rows_kept = (lambda s: s.cached_rows_under_attention(h, S)) if conv.attention else (lambda s: s.cached_rows(h, S))
         persistent["schedule caches"] = sum(rows_kept(s) * w for s, w in zip(schedules, exchanged)) * FLOAT \
@@ -307,7 +313,8 @@ def _forward(live: Liveness, config: PlanConfig, widths, z: _Sizes, training: bo
             live.alloc("halo block", (z.block + max(z.sent_block, z.touched)) * w * FLOAT
                        + (z.block * i * FLOAT if k == 0 else 0))
         elif k > 0:
-            live.alloc("halo rows", (n + z.h) * w * FLOAT)
+            # training's overlapped exchange holds the halo's rows alone (evaluation: LayerStack.forward_layerwise)
+            live.alloc("halo rows", (z.h if training and z.overlapped[k - 1] else n + z.h) * w * FLOAT)
         if conv.attention:
             # the aggregated rows [x W | a_src] stay for the backward (it recomputes the attention from them)
             live.rename("halo rows" if k > 0 and not z.sequential else "transformed rows",
@@ -357,7 +364,7 @@ def _backward(live: Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
             live.rename("output gradient", "aggregation gradient")
         # through the aggregation: A^T times the gradient, the halo rows' share going back to their owners
         live.alloc("halo gradient", (z.block + max(z.sent_block, z.touched)) * w * FLOAT if z.sequential
-                   else (n + z.h) * w * FLOAT)
+                   else (z.h if k > 0 and z.overlapped[k - 1] else n + z.h) * w * FLOAT)
         live.alloc("input gradient", n * w * FLOAT)
         live.free("halo gradient", "aggregation gradient", "attention buffers", f"saved source {k}")
         if not aggregate_first:

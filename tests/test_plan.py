@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gnn_dist.config import ModelConfig
+from gnn_dist.halo_overlap import OVERLAP_ENV
 from gnn_dist.host_memory import PROCESS_BYTES, RankMemory, memory_refusal
 from gnn_dist.host_plan import plan_host, staging_pool_bytes
 from gnn_dist.memory_plan import SETUP_BYTES_PER_ENTRY, PlanConfig, plan_part, plan_phases
@@ -31,9 +32,10 @@ def test_part_statistics_are_read_from_the_part_file(partitioned):
     assert sum(shape.received_per_peer) == part.n_halo
 
 
-@pytest.mark.parametrize("halo_memory", ["resident", "sequential"])
-def test_training_peak_equals_a_count_by_hand(partitioned, halo_memory):
+@pytest.mark.parametrize("halo_memory, overlap", [("resident", "1"), ("resident", "0"), ("sequential", "1")])
+def test_training_peak_equals_a_count_by_hand(partitioned, monkeypatch, halo_memory, overlap):
     """GCN 16 -> 32 -> 4 with dropout: the first layer aggregates first, the second transforms first."""
+    monkeypatch.setenv(OVERLAP_ENV, overlap)
     directory, shape, meta = _tiny_shape(partitioned)
     F, H, C = meta.num_features, 32, meta.num_classes
     n, h, S, nnz = shape.owned, shape.halo, shape.sent, shape.entries + shape.owned
@@ -46,7 +48,9 @@ def test_training_peak_equals_a_count_by_hand(partitioned, halo_memory):
         + params * f * 5
     if halo_memory == "resident":
         held += 2 * S * C * f  # the exchanger keeps the send rows and returned gradients of the one exchanged width
-        first_input, halo_rows, halo_grad = (n + h) * F * f, (n + h) * C * f, (n + h) * C * f
+        # overlapped (gnn_dist.halo_overlap): the halo's rows and their gradients alone; else [owned | halo]
+        halo_rows = halo_grad = (h if overlap == "1" else n + h) * C * f
+        first_input = (n + h) * F * f
         layer0 = first_input + n * F * f + n * H * f         # dropped [owned | halo] inputs, aggregation, output
     else:
         blocks = sum(1 for r in shape.received_per_peer if r)
@@ -63,6 +67,36 @@ def test_training_peak_equals_a_count_by_hand(partitioned, halo_memory):
     backward = max(saved0 + mask + n * H * f + n * C * f + halo_grad + n * C * f,  # through the aggregation
                    saved0 + mask + n * H * f + n * H * f)                          # through ReLU and dropout
     assert train.peak == held + max(layer0, layer1, loss, backward)
+
+
+@pytest.mark.parametrize("overlap", ["1", "0"])
+def test_an_overlapped_exchange_is_planned_with_the_halos_rows_and_gradients_alone(partitioned, monkeypatch,
+                                                                                  overlap):
+    """GCN 16 -> 64 -> 64 -> 4: layers 1 and 2 exchange 64 and 4 columns. Overlapped (gnn_dist.halo_overlap) their
+    training forward holds h received rows and their backward h rows of gradient; blocking, n + h of each.
+    Evaluation (layer-wise) is planned alike either way."""
+    import gnn_dist.memory_plan as memory_plan
+
+    monkeypatch.setenv(OVERLAP_ENV, overlap)
+    directory, shape, meta = _tiny_shape(partitioned)
+    n, h = shape.owned, shape.halo
+    charged = []
+
+    class Recording(memory_plan.Liveness):
+        def alloc(self, name, size):
+            if name in ("halo rows", "halo gradient"):
+                charged.append((name, int(size)))
+            super().alloc(name, size)
+
+    monkeypatch.setattr(memory_plan, "Liveness", Recording)
+    config = PlanConfig(model=ModelConfig(model="gcn", hidden=64, num_layers=3))
+    plan_phases(shape, config, meta.num_features, meta.num_classes)
+    rows = h if overlap == "1" else n + h
+    # train: forward of layers 1 and 2, then the backward of layers 2 and 1 (layer 0 aggregates first: its
+    # backward stops before the aggregation); evaluation: the forward of layers 1 and 2, n + h rows
+    assert charged == [("halo rows", rows * 64 * 4), ("halo rows", rows * 4 * 4),
+                       ("halo gradient", rows * 4 * 4), ("halo gradient", rows * 64 * 4),
+                       ("halo rows", (n + h) * 64 * 4), ("halo rows", (n + h) * 4 * 4)]
 
 
 def test_a_gpu_ranks_device_peak_equals_a_count_by_hand(partitioned):
@@ -150,7 +184,9 @@ def test_sequential_and_bf16_features_plan_less_than_resident(partitioned):
     assert "halo rows" in resident.parts or "exchange buffers" in resident.parts
 
 
-def test_schedules_that_keep_halo_rows_between_epochs_plan_their_caches(partitioned):
+def test_schedules_that_keep_halo_rows_between_epochs_plan_their_caches(partitioned, monkeypatch):
+    # the caches alone: exact exchanges blocking, as in the layers the other schedules take over
+    monkeypatch.setenv(OVERLAP_ENV, "0")
     directory = partitioned("synthetic:tiny", 2)
     meta = load_meta(directory)
     shape = part_shapes(directory)[0]
