@@ -417,6 +417,30 @@ MUTANTS = [
     Mutant("partition: --balance-edges splits by recursive bisection again",
            "partition/metis.py", "        recursive = False\n    if objective", "        recursive = True\n    if objective",
            ("tests/test_partition.py::test_balance_edges_evens_each_parts_edges_by_the_datasets_own_degrees",)),
+    Mutant("overlap: the halo's share is added before the halo rows have arrived",
+           "gnn_dist/halo_overlap.py",
+           "    pending.wait()\n    with torch.profiler.record_function(\"spmm\"):\n        spmm_into(matrix, split.mid, "
+           "split.end, halo, out, col_offset=plan.n_owned, accumulate=True)\n",
+           "    with torch.profiler.record_function(\"spmm\"):\n        spmm_into(matrix, split.mid, "
+           "split.end, halo, out, col_offset=plan.n_owned, accumulate=True)\n    pending.wait()\n",
+           ("tests/test_halo_fake.py::test_overlapped_aggregation_multiplies_owned_rows_while_the_halo_travels_and_"
+            "equals_the_dense_products",)),
+    Mutant("overlap: the owned product never lets the transfer advance",
+           "gnn_dist/halo_overlap.py", "        multiply(start, min(start + CHUNK_ROWS, n_rows))\n        pending.progress()\n",
+           "        multiply(start, min(start + CHUNK_ROWS, n_rows))\n",
+           ("tests/test_halo_fake.py::test_overlapped_aggregation_multiplies_owned_rows_while_the_halo_travels_and_"
+            "equals_the_dense_products",)),
+    Mutant("overlap: the halo gradients returned to their owners are dropped",
+           "gnn_dist/halo_overlap.py", "    grad_owned.index_add_(0, plan.send_idx, returned)", "    pass",
+           ("tests/test_halo_fake.py::test_overlapped_aggregation_multiplies_owned_rows_while_the_halo_travels_and_"
+            "equals_the_dense_products",
+            "tests/test_halo_fake.py::test_distributed_model_equals_pyg_on_the_whole_graph")),
+    Mutant("overlap: an accumulating product overwrites its rows",
+           "kernels/native_kernels.cpp", "    } else if (!accumulate) {\n", "    } else {\n",
+           ("tests/test_kernels.py::test_owned_and_halo_entry_ranges_recompose_the_dense_product_and_its_transpose",)),
+    Mutant("plan: the overlapped exchange is charged [owned | halo] rows",
+           "gnn_dist/memory_plan.py", "(z.h if training and z.overlapped[k - 1] else n + z.h)", "(n + z.h)",
+           ("tests/test_plan.py::test_an_overlapped_exchange_is_planned_with_the_halos_rows_and_gradients_alone",)),
     Mutant("rss: the sampler wakes at a fixed interval (a hundred times a second in every phase)",
            "gnn_dist/rss.py", "            interval = self._interval if rose else min(2 * interval, self._max_interval)\n",
            "            interval = self._interval\n",
