@@ -101,7 +101,7 @@ class TrafficCounters:
     halo_rows: int = 0
     halo_rows_skipped: int = 0  # rows exact training would have sent but this schedule did not
     allreduce_bytes: int = 0    # payload this rank contributed to allreduces (0 on a single rank)
-    comm_s: float = 0.0         # wall time inside communication calls (blocking ones, posting, and waiting)
+    comm_s: float = 0.0         # wall time inside communication calls (blocking ones, posting, progress, waiting)
     wait_s: float = 0.0         # of which: waiting for non-blocking transfers to complete (what overlap did not hide)
     score_bytes: int = 0        # link prediction: endpoint embeddings fetched for scoring, and their gradients
 
@@ -347,7 +347,9 @@ class _Timed(Pending):
         self.ex.counters.waited(time.perf_counter() - start)
 
     def progress(self) -> None:
+        start = time.perf_counter()
         self.inner.progress()
+        self.ex.counters.comm_s += time.perf_counter() - start
 
 
 class _DecodeOnWait(Pending):
@@ -367,8 +369,11 @@ class _DecodeOnWait(Pending):
         self.done = True
 
     def progress(self) -> None:
-        if not self.done:
-            self.inner.progress()
+        if not self.done:  # a communication call: its time counts as such (MPI may copy bytes inside it)
+            start = time.perf_counter()
+            with torch.profiler.record_function("progress"):
+                self.inner.progress()
+            self.ex.counters.comm_s += time.perf_counter() - start
 
 
 class _HaloGather(torch.autograd.Function):
