@@ -347,9 +347,7 @@ class _Timed(Pending):
         self.ex.counters.waited(time.perf_counter() - start)
 
     def progress(self) -> None:
-        start = time.perf_counter()
-        self.inner.progress()
-        self.ex.counters.comm_s += time.perf_counter() - start
+        _progress(self.inner, self.ex)
 
 
 class _DecodeOnWait(Pending):
@@ -369,11 +367,16 @@ class _DecodeOnWait(Pending):
         self.done = True
 
     def progress(self) -> None:
-        if not self.done:  # a communication call: its time counts as such (MPI may copy bytes inside it)
-            start = time.perf_counter()
-            with torch.profiler.record_function("progress"):
-                self.inner.progress()
-            self.ex.counters.comm_s += time.perf_counter() - start
+        if not self.done:
+            _progress(self.inner, self.ex)
+
+
+def _progress(inner: Pending, ex: HaloExchanger) -> None:
+    """A transfer's progress call, timed as communication: MPI may copy the bytes inside it."""
+    start = time.perf_counter()
+    with torch.profiler.record_function("progress"):
+        inner.progress()
+    ex.counters.comm_s += time.perf_counter() - start
 
 
 class _HaloGather(torch.autograd.Function):
