@@ -139,6 +139,9 @@ class HaloExchanger:
     # gnn_dist.models.base): there a schedule may leave halo rows absent, as each row is renormalised over what
     # it still has. An attention layer's softmax would count an absent (zero) row as a neighbour.
     renormalising_slots: set = field(default_factory=set)
+    # Whether exact exchanges of linear layers overlap the owned product (gnn_dist.halo_overlap); set-up sets
+    # the value every rank agreed on.
+    overlap: bool = field(default_factory=halo_overlap.overlap_enabled)
     _buffers: dict = field(default_factory=dict)
     _splits: dict = field(default_factory=dict)  # id(operator) -> its halo_overlap.OwnedHaloSplit
 
@@ -175,7 +178,8 @@ class HaloExchanger:
         """Whether slot's exchange in this pass overlaps the owned rows' product (gnn_dist.halo_overlap): the
         same answer on every rank, as the exchange is a collective."""
         return self.plan.num_parts > 1 and halo_overlap.overlaps(self.active_schedule(slot).kind, attention,
-                                                                 sequential=False, device=self.plan.device.type)
+                                                                 sequential=False, device=self.plan.device.type,
+                                                                 enabled=self.overlap)
 
     def owned_halo_split(self, operator) -> halo_overlap.OwnedHaloSplit:
         """The operator's rows split at the owned/halo column boundary, built on first use (layers share it)."""

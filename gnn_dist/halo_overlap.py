@@ -47,12 +47,23 @@ def overlap_enabled() -> bool:
     return os.environ.get(OVERLAP_ENV, "1").strip() not in ("0", "off", "false", "no")
 
 
-def overlaps(schedule_kind: str, attention: bool, sequential: bool, device: str) -> bool:
+def overlaps(schedule_kind: str, attention: bool, sequential: bool, device: str, enabled: bool | None = None) -> bool:
     """Whether a layer's training exchange runs overlapped: an exact exchange of resident halos on the host
-    under a linear aggregation (an attention layer needs its [owned | halo] rows whole for its scores).
-    The memory plan asks this too."""
+    under a linear aggregation (an attention layer needs its [owned | halo] rows whole for its scores), with
+    overlap enabled (None: as GNN_DIST_OVERLAP says). The memory plan asks this too."""
     return (schedule_kind == "exact" and not attention and not sequential and device == "cpu"
-            and overlap_enabled())
+            and (overlap_enabled() if enabled is None else enabled))
+
+
+def agreed_overlap(comm) -> bool:
+    """GNN_DIST_OVERLAP as every rank sees it; ValueError naming the fix when ranks see it differently (their
+    exchanges would not match, blocking against non-blocking, and the job would hang)."""
+    seen = comm.allgather_object(overlap_enabled())
+    if len(set(seen)) > 1:
+        on = [rank for rank, value in enumerate(seen) if value]
+        raise ValueError(f"{OVERLAP_ENV} differs across ranks (overlap on at ranks {on}, off at the others): set "
+                         f"it alike for every rank (mpiexec -genv {OVERLAP_ENV} 0), or leave it unset")
+    return seen[0]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """Halo exchange and whole-model equivalence with P simulated ranks in one process (FakeComm)."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -232,3 +234,24 @@ def test_one_rank_failing_setup_fails_all_without_hanging(partitioned, tmp_path)
         return True
 
     assert run_fake_ranks(2, rank_fn, timeout=20) == [True, True]
+
+
+def test_ranks_that_see_gnn_dist_overlap_differently_are_refused_before_any_exchange(partitioned, monkeypatch):
+    # Overlapped ranks post non-blocking exchanges; a rank with it off would block in a collective they never
+    # call: the job would hang. Simulated ranks share one environment, so each thread sees its own setting here.
+    seen_by_rank = {0: True, 1: False, 2: True}
+    local = threading.local()
+    monkeypatch.setattr(halo_overlap, "overlap_enabled", lambda: seen_by_rank[local.rank])
+    directory = partitioned("synthetic:tiny", 3)
+    config = TrainConfig(parts=str(directory), epochs=1, progress=False, model=ModelConfig(hidden=8, num_layers=2))
+
+    def rank_fn(comm):
+        local.rank = comm.rank
+        with pytest.raises(SetupError) as refused:
+            setup(RankContext(comm), config)
+        return str(refused.value)
+
+    messages = run_fake_ranks(3, rank_fn)
+    assert len(set(messages)) == 1  # every rank raises the same error: rank 0 prints it once
+    assert "GNN_DIST_OVERLAP differs across ranks (overlap on at ranks [0, 2]" in messages[0]
+    assert "-genv GNN_DIST_OVERLAP 0" in messages[0]

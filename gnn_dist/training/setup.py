@@ -27,6 +27,7 @@ from gnn_dist.context import RankContext, SetupError
 from gnn_dist.device import HOST, device_comm, rank_device
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
+from gnn_dist.halo_overlap import agreed_overlap
 from gnn_dist.host_memory import RankMemory, available_memory_bytes, host_budget_bytes, memory_refusal
 from gnn_dist.host_plan import plan_host
 from gnn_dist.kernels.native import native_module
@@ -103,7 +104,7 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     comm = device_comm(comm, device)
     exchanger = HaloExchanger(comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
                               schedule=schedule_for_model(config.schedule, config.seed, config.model.num_layers - 1),
-                              beat=watchdog.beat)
+                              beat=watchdog.beat, overlap=agree_on_setup(ctx, lambda: agreed_overlap(ctx.comm)))
     # Sampled training aggregates over its batches' blocks and evaluates chunk by chunk from the part's CSR,
     # so only full-batch training builds the whole part's operator and its transpose; sequential halos
     # build it split into column blocks instead.
