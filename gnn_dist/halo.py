@@ -143,7 +143,7 @@ class HaloExchanger:
     # the value every rank agreed on.
     overlap: bool = field(default_factory=halo_overlap.overlap_enabled)
     _buffers: dict = field(default_factory=dict)
-    _splits: dict = field(default_factory=dict)  # id(operator) -> its halo_overlap.OwnedHaloSplit
+    owned_halo_splits: dict = field(default_factory=dict)  # id(operator) -> its halo_overlap.OwnedHaloSplit
 
     def __post_init__(self):
         if self.schedule is None:
@@ -180,14 +180,6 @@ class HaloExchanger:
         return self.plan.num_parts > 1 and halo_overlap.overlaps(self.active_schedule(slot).kind, attention,
                                                                  sequential=False, device=self.plan.device.type,
                                                                  enabled=self.overlap)
-
-    def owned_halo_split(self, operator) -> halo_overlap.OwnedHaloSplit:
-        """The operator's rows split at the owned/halo column boundary, built on first use (layers share it)."""
-        split = self._splits.get(id(operator))
-        if split is None or split.operator is not operator:
-            split = halo_overlap.OwnedHaloSplit.of(operator, self.plan.n_owned)
-            self._splits[id(operator)] = split
-        return split
 
     def reweights_rows(self, slot: str) -> bool:
         """Whether slot's aggregation may be reweighted in this pass (then the layer adds its bias after

@@ -82,16 +82,7 @@ class OwnedHaloSplit:
 
     @classmethod
     def of(cls, operator: SparseOperator, n_owned: int) -> OwnedHaloSplit:
-        matrix = operator.matrix
-        crow, col = matrix.crow_indices(), matrix.col_indices()
-        n_rows = operator.shape[0]
-        row_of = torch.repeat_interleave(torch.arange(n_rows, device=crow.device), (crow[1:] - crow[:-1]).long())
-        owned = col < n_owned
-        mid = crow[:-1] + torch.bincount(row_of[owned], minlength=n_rows).to(crow.dtype)
-        entry = torch.arange(len(col), device=crow.device)
-        if not bool(torch.equal(owned, entry < mid[row_of])):
-            raise ValueError("an overlapped aggregation needs each row's columns sorted (owned before halo)")
-        return cls(operator, n_owned, crow[:-1], mid.contiguous(), crow[1:])
+        return cls(operator, n_owned, *operator.column_ranges(n_owned))
 
     def halo_gradient_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(begin, end) of the transpose's halo rows [n_owned, n_cols): each halo row's entries."""
@@ -99,10 +90,14 @@ class OwnedHaloSplit:
         return crow_t[self.n_owned:-1], crow_t[self.n_owned + 1:]
 
 
-def overlapped_aggregation(split: OwnedHaloSplit, ex, x_owned: torch.Tensor, bias: torch.Tensor | None,
+def overlapped_aggregation(operator: SparseOperator, ex, x_owned: torch.Tensor, bias: torch.Tensor | None,
                            slot: str) -> torch.Tensor:
-    """A @ [x_owned | exact halo rows] (+ bias), the exchange hidden behind the owned product; differentiable in
-    x_owned and bias. Shapes: [n_owned, F] -> [n_owned, F]"""
+    """operator @ [x_owned | exact halo rows] (+ bias), the exchange hidden behind the owned product;
+    differentiable in x_owned and bias. Shapes: [n_owned, F] -> [n_owned, F]"""
+    # the operator's split, found on first use and kept by the exchanger (the layers share one operator)
+    split = ex.owned_halo_splits.get(id(operator))
+    if split is None or split.operator is not operator:
+        split = ex.owned_halo_splits[id(operator)] = OwnedHaloSplit.of(operator, ex.plan.n_owned)
     return _OverlappedAggregation.apply(x_owned.contiguous(), bias, ex, split, slot)
 
 

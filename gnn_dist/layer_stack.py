@@ -110,9 +110,9 @@ class LayerStack(nn.Module):
         Equal to forward() in eval mode. Each layer's input rows travel once
         (the same rows and bytes as forward) and are freed after the layer.
         Owned and received halo rows stay two tensors: each chunk's operator
-        rows (from graph.rows, so no whole-part operator is needed) are split
-        at the owned/halo column boundary and aggregate each side separately,
-        so no [owned | halo] copy is made. Alive at once: the layer's input,
+        rows (from graph.rows, so no whole-part operator is needed) aggregate
+        their owned and halo columns separately (DistConv.aggregate_chunk), so
+        no [owned | halo] copy is made. Alive at once: the layer's input,
         its halo rows, its output, and one chunk's operator rows and temporaries.
 
         Shapes:
@@ -139,8 +139,7 @@ class LayerStack(nn.Module):
             out = torch.empty(n, conv.out_dim, device=device)
             for start in range(0, n, chunk_nodes):
                 stop = min(n, start + chunk_nodes)
-                from_owned, from_halo = self.graph.rows.rows(start, stop).split_columns(n)
-                aggregated = conv.aggregate_rows(start, stop, from_owned, from_halo, owned, halo)
+                aggregated = conv.aggregate_chunk(self.graph.rows.chunk(start, stop), owned, halo)
                 y = conv.update(aggregated, h[start:stop])
                 if k < last:
                     if self.norms is not None:

@@ -31,14 +31,50 @@ def normalised_rows(part: PartData, model: str, start: int, stop: int,
             torch.from_numpy(values.astype(np.float32)).to(device))
 
 
+@dataclass(frozen=True)
+class RowChunk:
+    """Evaluation's rows [start, stop) of a part's operator, over owned columns [0, n_owned) and halo columns.
+
+    `ranges()` gives each row's owned and halo entries in place (what a linear aggregation multiplies with
+    kernels.spmm.spmm_into); `split_operators()` copies them into two operators (what a model's own
+    aggregate_rows takes).
+
+    Shapes: rows [stop - start, n_owned + n_halo]; begin, mid, end: [stop - start]
+    """
+
+    start: int
+    stop: int
+    n_owned: int
+    rows: SparseOperator       # the chunk's rows, or (matrix=) the whole operator whose rows the ranges index
+    begin: torch.Tensor
+    mid: torch.Tensor
+    end: torch.Tensor
+
+    def ranges(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(CSR matrix, begin, mid, end): row r's owned entries are [begin[r], mid[r]), its halo ones [mid[r], end[r])."""
+        return self.rows.matrix, self.begin, self.mid, self.end
+
+    def split_operators(self) -> tuple[SparseOperator, SparseOperator]:
+        rows = self.rows if self.rows.shape[0] == self.stop - self.start else self.rows.row_slice(self.start, self.stop)
+        return rows.split_columns(self.n_owned)
+
+
 class OperatorRows:
     """Row chunks of an operator already built (full-batch mode): slices, no new entries."""
 
-    def __init__(self, operator: SparseOperator):
+    def __init__(self, operator: SparseOperator, n_owned: int):
         self.operator = operator
+        self.n_owned = n_owned
+        self._ranges = None  # the whole operator's column_ranges at n_owned, found on first use
 
     def rows(self, start: int, stop: int) -> SparseOperator:
         return self.operator.row_slice(start, stop)
+
+    def chunk(self, start: int, stop: int) -> RowChunk:
+        if self._ranges is None:
+            self._ranges = self.operator.column_ranges(self.n_owned)
+        begin, mid, end = (r[start:stop] for r in self._ranges)
+        return RowChunk(start, stop, self.n_owned, self.operator, begin, mid, end)
 
 
 class PartRows:
@@ -57,6 +93,10 @@ class PartRows:
     def rows(self, start: int, stop: int) -> SparseOperator:
         rows, cols, values = normalised_rows(self.part, self.model, start, stop, self.device)
         return SparseOperator.from_coo(rows, cols, values, (stop - start, self.n_cols), with_transpose=False)
+
+    def chunk(self, start: int, stop: int) -> RowChunk:
+        rows = self.rows(start, stop)
+        return RowChunk(start, stop, self.part.n_owned, rows, *rows.column_ranges(self.part.n_owned))
 
 
 @dataclass(frozen=True)
@@ -102,7 +142,7 @@ class LocalGraph:
         elif whole_operator:
             operator = SparseOperator.from_coo(*normalised_rows(part, model, 0, n_owned, device),
                                                (n_owned, n_owned + n_halo))
-            rows = OperatorRows(operator)
+            rows = OperatorRows(operator, n_owned)
         def placed(array: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(array).to(device)
 

@@ -107,6 +107,20 @@ class SparseOperator:
             halves.append(SparseOperator(matrix=matrix, transpose=None))
         return halves[0], halves[1]
 
+    def column_ranges(self, at: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(begin, mid, end): row r's entries in columns [0, at) are [begin[r], mid[r]), the rest [mid[r],
+        end[r]); views of the row pointers but mid (n_rows indices). What spmm_into multiplies each side with,
+        without copying the entries as split_columns does. ValueError when a row's columns are not sorted
+        (every operator built here has them sorted)."""
+        crow, col = self.matrix.crow_indices(), self.matrix.col_indices()
+        n_rows = self.shape[0]
+        row_of = torch.repeat_interleave(torch.arange(n_rows, device=crow.device), (crow[1:] - crow[:-1]).long())
+        left = col < at
+        mid = crow[:-1] + torch.bincount(row_of[left], minlength=n_rows).to(crow.dtype)
+        if not bool(torch.equal(left, torch.arange(len(col), device=crow.device) < mid[row_of])):
+            raise ValueError("column ranges need each row's columns sorted")
+        return crow[:-1], mid, crow[1:]
+
     def to_dense(self) -> torch.Tensor:
         return self.matrix.to_dense()
 

@@ -118,7 +118,7 @@ def test_overlapped_aggregation_multiplies_owned_rows_while_the_halo_travels_and
         assert ex.overlapped("t", attention=False)
         x = node_values(part.node_ids, width).requires_grad_(True)
         bias = torch.arange(width, dtype=torch.float64)
-        out = halo_overlap.overlapped_aggregation(ex.owned_halo_split(op), ex, x, bias, "t")
+        out = halo_overlap.overlapped_aggregation(op, ex, x, bias, "t")
         forward_events = list(events)
         upstream = node_values(part.node_ids, width) * (comm.rank + 1)
         out.backward(upstream)

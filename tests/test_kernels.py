@@ -198,3 +198,5 @@ def test_an_operator_whose_rows_are_not_sorted_by_column_cannot_be_split():
     matrix = _csr_tensor(crow, cols, torch.ones(3), (2, 4))
     with pytest.raises(ValueError, match="sorted"):
         OwnedHaloSplit.of(SparseOperator(matrix=matrix, transpose=None), 2)
+    assert [r.tolist() for r in SparseOperator(matrix=matrix, transpose=None).column_ranges(4)] == \
+        [[0, 2], [2, 3], [2, 3]]  # every column left of 4: nothing to check
