@@ -143,7 +143,6 @@ class HaloExchanger:
     # the value every rank agreed on.
     overlap: bool = field(default_factory=halo_overlap.overlap_enabled)
     _buffers: dict = field(default_factory=dict)
-    owned_halo_splits: dict = field(default_factory=dict)  # id(operator) -> its halo_overlap.OwnedHaloSplit
 
     def __post_init__(self):
         if self.schedule is None:

@@ -94,10 +94,7 @@ def overlapped_aggregation(operator: SparseOperator, ex, x_owned: torch.Tensor, 
                            slot: str) -> torch.Tensor:
     """operator @ [x_owned | exact halo rows] (+ bias), the exchange hidden behind the owned product;
     differentiable in x_owned and bias. Shapes: [n_owned, F] -> [n_owned, F]"""
-    # the operator's split, found on first use and kept by the exchanger (the layers share one operator)
-    split = ex.owned_halo_splits.get(id(operator))
-    if split is None or split.operator is not operator:
-        split = ex.owned_halo_splits[id(operator)] = OwnedHaloSplit.of(operator, ex.plan.n_owned)
+    split = OwnedHaloSplit.of(operator, ex.plan.n_owned)  # the operator keeps its ranges: found once
     return _OverlappedAggregation.apply(x_owned.contiguous(), bias, ex, split, slot)
 
 

@@ -65,15 +65,12 @@ class OperatorRows:
     def __init__(self, operator: SparseOperator, n_owned: int):
         self.operator = operator
         self.n_owned = n_owned
-        self._ranges = None  # the whole operator's column_ranges at n_owned, found on first use
 
     def rows(self, start: int, stop: int) -> SparseOperator:
         return self.operator.row_slice(start, stop)
 
     def chunk(self, start: int, stop: int) -> RowChunk:
-        if self._ranges is None:
-            self._ranges = self.operator.column_ranges(self.n_owned)
-        begin, mid, end = (r[start:stop] for r in self._ranges)
+        begin, mid, end = (r[start:stop] for r in self.operator.column_ranges(self.n_owned))
         return RowChunk(start, stop, self.n_owned, self.operator, begin, mid, end)
 
 

@@ -13,7 +13,7 @@ kernels on CUDA and as the fallback (the tests compare both with a dense product
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -35,6 +35,8 @@ class SparseOperator:
 
     matrix: torch.Tensor
     transpose: torch.Tensor | None
+    # column_ranges(at), kept: training's overlapped exchange and evaluation's chunks ask for the same split
+    _column_ranges: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -111,7 +113,9 @@ class SparseOperator:
         """(begin, mid, end): row r's entries in columns [0, at) are [begin[r], mid[r]), the rest [mid[r],
         end[r]); views of the row pointers but mid (n_rows indices). What spmm_into multiplies each side with,
         without copying the entries as split_columns does. ValueError when a row's columns are not sorted
-        (every operator built here has them sorted)."""
+        (every operator built here has them sorted). Found once per operator and boundary."""
+        if at in self._column_ranges:
+            return self._column_ranges[at]
         crow, col = self.matrix.crow_indices(), self.matrix.col_indices()
         n_rows = self.shape[0]
         row_of = torch.repeat_interleave(torch.arange(n_rows, device=crow.device), (crow[1:] - crow[:-1]).long())
@@ -119,7 +123,8 @@ class SparseOperator:
         mid = crow[:-1] + torch.bincount(row_of[left], minlength=n_rows).to(crow.dtype)
         if not bool(torch.equal(left, torch.arange(len(col), device=crow.device) < mid[row_of])):
             raise ValueError("column ranges need each row's columns sorted")
-        return crow[:-1], mid, crow[1:]
+        self._column_ranges[at] = crow[:-1], mid, crow[1:]
+        return self._column_ranges[at]
 
     def to_dense(self) -> torch.Tensor:
         return self.matrix.to_dense()
