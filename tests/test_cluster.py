@@ -151,19 +151,35 @@ def _wait_for_epochs(metrics: Path, count: int, deadline: float) -> None:
     raise AssertionError(f"{count} epochs never came")
 
 
-def _lose_host_after_a_checkpoint(job: subprocess.Popen, ckpt: Path, epochs: tuple[int, ...], how: str,
-                                  host: str) -> str:
-    """Once a checkpoint of one of `epochs` is complete, `cluster.sh HOW HOST` (killall: its processes die; kill:
-    the host dies for good); then the supervised job's stderr, once it ends."""
+def _lose_host_after_a_checkpoint(job: subprocess.Popen, ckpt: Path, how: str, host: str) -> str:
+    """Once any checkpoint is complete, `cluster.sh HOW HOST` (killall: its processes die; kill: the host dies for
+    good); then the supervised job's stderr, once it ends. Any checkpoint, not named epochs: at a few ms an epoch,
+    the oldest ones are pruned (--keep-checkpoints) between two looks."""
     try:
         deadline = time.monotonic() + 120
-        while not any((ckpt / f"epoch-{e:06d}" / "MANIFEST.json").exists() for e in epochs):
-            assert time.monotonic() < deadline and job.poll() is None, "no checkpoint came"
-            time.sleep(0.2)
+        while not any(ckpt.glob("epoch-*/MANIFEST.json")):
+            assert job.poll() is None, "the job ended before the test saw a checkpoint: give it more epochs"
+            assert time.monotonic() < deadline, "no checkpoint came"
+            time.sleep(0.05)
         cluster(how, host)
         return job.communicate(timeout=300)[1]
     finally:
         job.kill()
+
+
+# Long enough that the job is still training when the test has seen a checkpoint and taken the host away (an
+# epoch of synthetic:small takes ~5 ms on shared memory); evaluation is rare so the epochs stay short. The loss
+# curve is compared over its first COMPARED_EPOCHS only, which hold the resume: over hundreds of epochs the P=2 and
+# P=1 reductions' rounding drifts past the tolerance.
+SUPERVISED_RUN = ["--epochs", "600", "--eval-every", "100", "--checkpoint-every", "5"]
+COMPARED_EPOCHS = 40
+
+
+def _same_curve_through_the_resume(healed: list[dict], reference: list[dict], rel: float) -> None:
+    assert 0 < healed[-1]["resumed_from_epoch"] < COMPARED_EPOCHS, healed[-1]
+    assert len(reference) == COMPARED_EPOCHS + 1  # the epochs, then the run's summary
+    assert [r["loss"] for r in healed[:COMPARED_EPOCHS]] == pytest.approx([r["loss"] for r in reference[:-1]],
+                                                                          rel=rel)
 
 
 def test_a_cut_link_ends_the_job_in_about_a_minute_naming_the_silent_peer(hosts, partitioned, tmp_path):
@@ -187,17 +203,18 @@ def test_a_cut_link_ends_the_job_in_about_a_minute_naming_the_silent_peer(hosts,
 def test_supervise_heals_a_job_whose_host_lost_all_its_processes(hosts, partitioned, tmp_path):
     parts = partitioned("synthetic:small", 2)
     whole = tmp_path / "whole.jsonl"
-    done = run_mpi(2, "train", "--parts", str(parts), "--epochs", "40", "--no-progress", "--metrics-out", str(whole))
+    done = run_mpi(2, "train", "--parts", str(parts), "--epochs", str(COMPARED_EPOCHS), "--no-progress",
+                   "--metrics-out", str(whole))
     assert done.returncode == 0, done.stderr
     metrics, ckpt = tmp_path / "m.jsonl", tmp_path / "ckpt"
     env = {**os.environ, "CLUSTER_NAME": NAME, "MPIEXEC": str(Path(sys.executable).parent / "mpiexec"),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     launch = ["bash", str(CLUSTER), "mpiexec", "-hosts", ",".join(hosts), "-n", "2", sys.executable, "-m", "gnn_dist",
-              "train", "--parts", str(parts), "--epochs", "40", "--no-progress", "--metrics-out", str(metrics),
-              "--checkpoint-dir", str(ckpt), "--checkpoint-every", "5"]
+              "train", "--parts", str(parts), *SUPERVISED_RUN, "--no-progress", "--metrics-out", str(metrics),
+              "--checkpoint-dir", str(ckpt)]
     job = subprocess.Popen([sys.executable, "-m", "gnn_dist", "supervise", "--backoff", "1", "--", *launch],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    stderr = _lose_host_after_a_checkpoint(job, ckpt, (10, 15), "killall", hosts[1])
+    stderr = _lose_host_after_a_checkpoint(job, ckpt, "killall", hosts[1])
     assert job.returncode == 0, stderr[-3000:]
     # The heal is what this test holds. Who names the loss first is a race between the surviving rank's peer
     # monitor and the launcher's teardown (on a loaded host the launcher can kill rank 0 first); the naming
@@ -205,8 +222,8 @@ def test_supervise_heals_a_job_whose_host_lost_all_its_processes(hosts, partitio
     assert "restart 1 of 3" in stderr and "resuming from epoch" in stderr, stderr[-3000:]
     assert f"lost rank 1 on host {hosts[1]}" in stderr or "assert (!closed) failed" in stderr, stderr[-3000:]
     healed, reference = records(metrics), records(whole)
-    assert healed[-1]["restarts"] == 1 and healed[-1]["resumed_from_epoch"] > 0
-    assert [r["loss"] for r in healed[:-1]] == pytest.approx([r["loss"] for r in reference[:-1]], rel=1e-6)
+    assert healed[-1]["restarts"] == 1
+    _same_curve_through_the_resume(healed, reference, rel=1e-6)
 
 
 def test_cluster_script_refuses_what_it_cannot_do():
@@ -255,24 +272,24 @@ def test_supervise_shrinks_the_job_onto_the_host_left_when_one_dies(hosts, parti
     """The module's last test: it kills h1 for good (the holder of its namespaces: every process there dies and
     nothing can start there again), as a host that died. The job, 2 ranks on 2 hosts, resumes at P=1 on h0."""
     whole = tmp_path / "whole.jsonl"
-    done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:small", 2)), "--epochs", "30", "--no-progress",
-                   "--metrics-out", str(whole))
+    done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:small", 2)), "--epochs",
+                   str(COMPARED_EPOCHS), "--no-progress", "--metrics-out", str(whole))
     assert done.returncode == 0, done.stderr
     hosts_file, metrics, ckpt = tmp_path / "hosts", tmp_path / "m.jsonl", tmp_path / "ckpt"
     hosts_file.write_text(f"{hosts[0]}:1\n{hosts[1]}:1\n")
     env = {**os.environ, "CLUSTER_NAME": NAME, "MPIEXEC": str(Path(sys.executable).parent / "mpiexec"),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     launch = ["bash", str(CLUSTER), "mpiexec", "-hosts", "{hosts}", "-n", "{n}", sys.executable, "-m", "gnn_dist",
-              "train", "--parts", "{parts}", "--epochs", "30", "--no-progress", "--metrics-out", str(metrics),
-              "--checkpoint-dir", str(ckpt), "--checkpoint-every", "5"]
+              "train", "--parts", "{parts}", *SUPERVISED_RUN, "--no-progress", "--metrics-out", str(metrics),
+              "--checkpoint-dir", str(ckpt)]
     parts_for = f"2:{partitioned('synthetic:small', 2)},1:{partitioned('synthetic:small', 1)}"
     job = subprocess.Popen([sys.executable, "-m", "gnn_dist", "supervise", "--backoff", "1", "--hosts-file",
                             str(hosts_file), "--parts-for", parts_for, "--probe", f"bash {CLUSTER} exec {{host}} true",
                             "--", *launch], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    stderr = _lose_host_after_a_checkpoint(job, ckpt, (5, 10), "kill", hosts[1])
+    stderr = _lose_host_after_a_checkpoint(job, ckpt, "kill", hosts[1])
     assert job.returncode == 0, stderr[-3000:]
     assert f"not answering: {hosts[1]} (exit status 2: cluster.sh: host {hosts[1]} is down" in stderr, stderr[-3000:]
     assert stderr.count(f"relaunching at P=1 (was 2) on {hosts[0]}:1") == 1, stderr[-3000:]
     healed, reference = records(metrics), records(whole)
     assert (healed[-1]["num_parts"], healed[-1]["first_num_parts"], healed[-1]["restarts"]) == (1, 2, 1)
-    assert [r["loss"] for r in healed[:-1]] == pytest.approx([r["loss"] for r in reference[:-1]], rel=1e-4)
+    _same_curve_through_the_resume(healed, reference, rel=1e-4)
