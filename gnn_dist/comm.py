@@ -79,6 +79,24 @@ class Pending:
             self._request.Test()  # a completed request becomes MPI_REQUEST_NULL: wait() then returns at once
 
 
+class SharedMemory:
+    """Memory the ranks of one host share (from Comm.shared_memory): a region per rank that every rank of the
+    group may read and write, and a barrier that orders what each wrote before it against what any reads after.
+
+    Regions are uint8 tensors indexed by rank (the communicator's ranks: the group is all of them).
+    """
+
+    def allocate(self, nbytes: int) -> list[torch.Tensor]:
+        """Collective: this rank's region gets nbytes (ranks may ask for different sizes); returns every rank's
+        region. Regions allocated before are freed first, once every rank has stopped using them."""
+        raise NotImplementedError
+
+    def arrive(self) -> Pending:
+        """Collective, non-blocking: what this rank wrote into the regions so far is visible to every rank
+        once wait() returns, and so is what every other rank wrote before its own arrive()."""
+        raise NotImplementedError
+
+
 class Comm:
     """What the runtime needs from a communicator. Counts are in rows of the given tensors."""
 
@@ -128,6 +146,11 @@ class Comm:
     def local_rank(self) -> int:
         """This rank's index among the ranks on its host (which GPU it takes). Simulated ranks share one host."""
         return self.rank
+
+    def shared_memory(self) -> SharedMemory | None:
+        """Collective: memory shared by every rank of the job, or None (ranks on several hosts, a communicator
+        that models a link or stages through a device, or none to offer)."""
+        return None
 
 
 class CommWrapper(Comm):
@@ -226,6 +249,13 @@ class MPIComm(Comm):
             shared.Free()
         return self._local_rank
 
+    def shared_memory(self) -> SharedMemory | None:
+        shared = self.comm.Split_type(self._mpi.COMM_TYPE_SHARED, key=self.rank)
+        if shared.Get_size() != self.size:  # ranks on several hosts: their halos travel by MPI
+            shared.Free()
+            return None
+        return _MPISharedMemory(self._mpi, shared)
+
     def native(self) -> Any:
         """The mpi4py communicator, for a library that takes one (PT-Scotch's distributed graph)."""
         return self.comm
@@ -236,6 +266,51 @@ class MPIComm(Comm):
         # Give the launcher a moment to forward the error line before it tears the job down.
         time.sleep(0.5)
         self.comm.Abort(code)
+
+
+class _MPISharedMemory(SharedMemory):
+    """An MPI shared-memory window over the host's ranks (its ranks are the job's: key = rank), held in one
+    passive epoch (lock_all) so that MPI_Win_sync orders stores and loads around the barrier, the unified
+    model's idiom for shared windows."""
+
+    def __init__(self, mpi, shared_comm):
+        self._mpi, self._comm, self._window = mpi, shared_comm, None
+
+    def allocate(self, nbytes: int) -> list[torch.Tensor]:
+        self._comm.Barrier()  # every rank is done with the regions before they go
+        self._free()
+        window = self._mpi.Win.Allocate_shared(max(int(nbytes), 1), 1, comm=self._comm)
+        window.Lock_all(self._mpi.MODE_NOCHECK)
+        self._window = window
+        regions = []
+        for q in range(self._comm.Get_size()):
+            buffer, _ = window.Shared_query(q)
+            regions.append(torch.frombuffer(buffer, dtype=torch.uint8))
+        return regions
+
+    def arrive(self) -> Pending:
+        self._window.Sync()  # this rank's stores reach the shared memory before it says it arrived
+        return _SharedArrival(self._comm.Ibarrier(), self._window)
+
+    def _free(self) -> None:
+        if self._window is not None:
+            self._window.Unlock_all()
+            self._window.Free()
+            self._window = None
+
+
+class _SharedArrival(Pending):
+    """A barrier in flight over shared memory; once it completes, a Win_sync makes the peers' stores visible."""
+
+    def __init__(self, request, window):
+        super().__init__(request)
+        self._window = window
+
+    def wait(self) -> None:
+        if self._window is not None:
+            super().wait()
+            self._window.Sync()
+            self._window = None
 
 
 def first_failure(comm: Comm, error: str | None) -> tuple[int, str, bool] | None:
@@ -299,5 +374,5 @@ def make_world_comm() -> Comm:
     return MPIComm()
 
 
-__all__: Sequence[str] = ["Comm", "Pending", "MPIComm", "launcher_rank", "make_world_comm", "first_failure",
+__all__: Sequence[str] = ["Comm", "Pending", "SharedMemory", "MPIComm", "launcher_rank", "make_world_comm", "first_failure",
                            "failure_among", "exchange_rows"]

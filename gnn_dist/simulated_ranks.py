@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnn_dist.comm import Comm, Pending, _as_bytes, _offsets, _row_bytes
+from gnn_dist.comm import Comm, Pending, SharedMemory, _as_bytes, _offsets, _row_bytes
 
 
 class _FakeWorld:
@@ -118,11 +118,38 @@ class FakeComm(Comm):
     def barrier(self) -> None:
         self.world.barrier.wait()
 
+    def shared_memory(self) -> SharedMemory:
+        return _FakeSharedMemory(self)  # threads of one process share all memory
+
     def abort(self, code=1) -> None:
         self.world.barrier.abort()
         with self.world.mail:
             self.world.mail.notify_all()
         raise RuntimeError(f"simulated rank {self.rank} aborted the job with code {code}")
+
+
+class _FakeSharedMemory(SharedMemory):
+    """Regions of simulated ranks: tensors every thread sees; arrival is the world's barrier."""
+
+    def __init__(self, comm: FakeComm):
+        self.comm = comm
+
+    def allocate(self, nbytes: int) -> list[torch.Tensor]:
+        return self.comm.allgather_object(torch.zeros(max(int(nbytes), 1), dtype=torch.uint8))
+
+    def arrive(self) -> Pending:
+        return _FakeArrival(self.comm.world)
+
+
+class _FakeArrival(Pending):
+    def __init__(self, world: _FakeWorld):
+        super().__init__()
+        self.world = world
+
+    def wait(self) -> None:
+        if self.world is not None:
+            self.world.barrier.wait()
+            self.world = None
 
 
 def run_fake_ranks(size: int, fn: Callable[[FakeComm], Any], timeout: float = 60.0) -> list:
