@@ -84,6 +84,11 @@ class OwnedHaloSplit:
     def of(cls, operator: SparseOperator, n_owned: int) -> OwnedHaloSplit:
         return cls(operator, n_owned, *operator.column_ranges(n_owned))
 
+    def entries_between(self, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(begin, end) of each row's entries in columns [lo, hi), for n_owned <= lo <= hi: one owner's halo
+        columns (the halo is grouped by owner). Found once per operator and boundary."""
+        return self.operator.column_ranges(lo)[1], self.operator.column_ranges(hi)[1]
+
     def halo_gradient_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(begin, end) of the transpose's halo rows [n_owned, n_cols): each halo row's entries."""
         crow_t = self.operator.transpose.crow_indices()
@@ -98,10 +103,12 @@ def overlapped_aggregation(operator: SparseOperator, ex, x_owned: torch.Tensor, 
     return _OverlappedAggregation.apply(x_owned.contiguous(), bias, ex, split, slot)
 
 
-def _in_chunks(n_rows: int, pending, multiply) -> None:
-    """multiply(start, stop) over row chunks, letting the transfer advance between them."""
-    for start in range(0, n_rows, CHUNK_ROWS):
-        multiply(start, min(start + CHUNK_ROWS, n_rows))
+def _in_chunks(n_rows: int, pending, multiply, shared: bool = False) -> None:
+    """multiply(start, stop) over row chunks, letting the transfer advance between them; in one piece when the
+    rows go through shared memory (no bytes for MPI to move: its barrier completes in the wait)."""
+    step = max(n_rows, 1) if shared else CHUNK_ROWS
+    for start in range(0, n_rows, step):
+        multiply(start, min(start + step, n_rows))
         pending.progress()
 
 
@@ -109,18 +116,29 @@ def _forward(ex, split: OwnedHaloSplit, x_owned: torch.Tensor, bias: torch.Tenso
     plan = ex.plan
     width = x_owned.shape[1]
     ex.activity = f"epoch {ex.epoch}: {slot} forward halo exchange"
-    send = ex.buffer(("send",), plan.rows_sent, width, x_owned.dtype)
-    torch.index_select(x_owned, 0, plan.send_idx, out=send)
-    halo = torch.empty(plan.n_halo, width, dtype=x_owned.dtype, device=x_owned.device)
-    pending = ex.send_rows(send, plan.send_counts, halo, plan.recv_counts, blocking=False)
+    shared = ex.shared_exchange(width, x_owned.dtype)
+    if shared is not None:  # the peers multiply these rows where they lie (gnn_dist.halo_shared)
+        torch.index_select(x_owned, 0, plan.send_idx, out=shared.outgoing(plan.rows_sent))
+        pending = ex.arrive_shared(shared, plan.send_counts, width)
+    else:
+        send = ex.buffer(("send",), plan.rows_sent, width, x_owned.dtype)
+        torch.index_select(x_owned, 0, plan.send_idx, out=send)
+        halo = torch.empty(plan.n_halo, width, dtype=x_owned.dtype, device=x_owned.device)
+        pending = ex.send_rows(send, plan.send_counts, halo, plan.recv_counts, blocking=False)
     out = torch.empty(plan.n_owned, width, dtype=x_owned.dtype, device=x_owned.device)
     matrix = split.operator.matrix
     with torch.profiler.record_function("spmm"):
         _in_chunks(plan.n_owned, pending, lambda a, b: spmm_into(
-            matrix, split.begin[a:b], split.mid[a:b], x_owned, out[a:b], bias=bias))
+            matrix, split.begin[a:b], split.mid[a:b], x_owned, out[a:b], bias=bias), shared is not None)
     pending.wait()
     with torch.profiler.record_function("spmm"):
-        spmm_into(matrix, split.mid, split.end, halo, out, col_offset=plan.n_owned, accumulate=True)
+        if shared is None:
+            spmm_into(matrix, split.mid, split.end, halo, out, col_offset=plan.n_owned, accumulate=True)
+        else:  # each owner's columns from its own region
+            for _, first, rows in shared.sent_rows_from_owners():
+                lo, hi = split.entries_between(plan.n_owned + first, plan.n_owned + first + rows.shape[0])
+                spmm_into(matrix, lo, hi, rows, out, col_offset=plan.n_owned + first, accumulate=True)
+            shared.done_reading()
     return out
 
 
@@ -130,17 +148,28 @@ def _backward(ex, split: OwnedHaloSplit, grad_out: torch.Tensor, slot: str) -> t
     ex.activity = f"epoch {ex.epoch}: {slot} backward halo exchange"
     transpose = split.operator.transpose
     crow_t = transpose.crow_indices()
-    grad_halo = torch.empty(plan.n_halo, width, dtype=grad_out.dtype, device=grad_out.device)
+    shared = ex.shared_exchange(width, grad_out.dtype)
+    grad_halo = shared.outgoing(plan.n_halo) if shared is not None \
+        else torch.empty(plan.n_halo, width, dtype=grad_out.dtype, device=grad_out.device)
     with torch.profiler.record_function("spmm"):
         spmm_into(transpose, *split.halo_gradient_rows(), grad_out, grad_halo)
-    returned = ex.buffer(("grad_recv",), plan.rows_sent, width, grad_out.dtype)
-    pending = ex.send_rows(grad_halo, plan.recv_counts, returned, plan.send_counts, blocking=False)
+    if shared is not None:  # the owners add these gradients from this rank's region (gnn_dist.halo_shared)
+        pending = ex.arrive_shared(shared, plan.recv_counts, width)
+    else:
+        returned = ex.buffer(("grad_recv",), plan.rows_sent, width, grad_out.dtype)
+        pending = ex.send_rows(grad_halo, plan.recv_counts, returned, plan.send_counts, blocking=False)
     grad_owned = torch.empty(plan.n_owned, width, dtype=grad_out.dtype, device=grad_out.device)
     with torch.profiler.record_function("spmm"):
         _in_chunks(plan.n_owned, pending, lambda a, b: spmm_into(
-            transpose, crow_t[a:b], crow_t[a + 1:b + 1], grad_out, grad_owned[a:b]))
+            transpose, crow_t[a:b], crow_t[a + 1:b + 1], grad_out, grad_owned[a:b]), shared is not None)
     pending.wait()
-    grad_owned.index_add_(0, plan.send_idx, returned)  # one owned row may be in several peers' halos
+    # one owned row may be in several peers' halos
+    if shared is None:
+        grad_owned.index_add_(0, plan.send_idx, returned)
+    else:
+        for _, first, rows in shared.returned_rows_from_readers():
+            grad_owned.index_add_(0, plan.send_idx[first:first + rows.shape[0]], rows)
+        shared.done_reading()
     return grad_owned
 
 

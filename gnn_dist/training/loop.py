@@ -228,6 +228,8 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             "guard_epochs": state.guard.guard_epochs if state.guard is not None else 0,
             **memory_report(ctx, memory),
             "device": config.device,
+            # the same on every rank: set-up opened shared memory on all of them or on none
+            "halo_exchange": "shared memory" if state.exchanger.shared is not None else "communicator",
             "peak_device_bytes_per_rank": device_peaks(ctx, state.device),
             **planned_report(ctx, state),
         }, state.task.final_figures(state, records))

@@ -28,6 +28,7 @@ from gnn_dist.device import HOST, device_comm, rank_device
 from gnn_dist.flat import pack_into, unpack_from
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.halo_overlap import agreed_overlap
+from gnn_dist.halo_shared import SharedHalo
 from gnn_dist.host_memory import RankMemory, available_memory_bytes, host_budget_bytes, memory_refusal
 from gnn_dist.host_plan import plan_host
 from gnn_dist.kernels.native import native_module
@@ -92,19 +93,25 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
         if uneven:
             rank_logger(ctx.rank).warning(uneven)
     device = rank_device(config.device, ctx.comm)
-    planned = refuse_if_memory_short(ctx, config, part, task, device) if config.mode == "full" else (None, None)
+    # Training's data exchanges go through this communicator: under --simulate-link, a modelled network; on a
+    # GPU, staged through pinned host buffers (gnn_dist.device).
+    comm = ModelledLinkComm(ctx.comm, LinkModel.parse(config.simulate_link)) if config.simulate_link else ctx.comm
+    comm = device_comm(comm, device)
+    overlap = agree_on_setup(ctx, lambda: agreed_overlap(ctx.comm))
+    shared = None
+    if config.mode == "full" and overlap:
+        # One host: the overlapped exchanges' rows go through shared memory instead of MPI's copies.
+        shared = agree_on_setup(ctx, lambda: SharedHalo.open(comm, np.diff(part.send_ptr)))
+    planned = refuse_if_memory_short(ctx, config, part, task, device, shared_halo=shared is not None) \
+        if config.mode == "full" else (None, None)
     # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
     watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort, explain=peers.unreachable if peers else None) \
         if config.timeout != 0 and ctx.comm.aborts_job else NoWatchdog()
     watchdog.beat("set-up: fetching halo input features")
     plan = HaloPlan.from_part(part, device)
-    # Training's data exchanges go through this communicator: under --simulate-link, a modelled network; on a
-    # GPU, staged through pinned host buffers (gnn_dist.device).
-    comm = ModelledLinkComm(ctx.comm, LinkModel.parse(config.simulate_link)) if config.simulate_link else ctx.comm
-    comm = device_comm(comm, device)
     exchanger = HaloExchanger(comm, plan, codec=make_codec(config.halo_dtype, config.seed, ctx.rank),
                               schedule=schedule_for_model(config.schedule, config.seed, config.model.num_layers - 1),
-                              beat=watchdog.beat, overlap=agree_on_setup(ctx, lambda: agreed_overlap(ctx.comm)))
+                              beat=watchdog.beat, overlap=overlap, shared=shared)
     # Sampled training aggregates over its batches' blocks and evaluates chunk by chunk from the part's CSR,
     # so only full-batch training builds the whole part's operator and its transpose; sequential halos
     # build it split into column blocks instead.
@@ -175,15 +182,17 @@ def resume(state: RankState, metrics: MetricsWriter) -> None:
         metrics.write(record)
 
 
-def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task,
-                           device: torch.device = HOST) -> tuple[int, int | None]:
+def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task, device: torch.device = HOST,
+                           shared_halo: bool = False) -> tuple[int, int | None]:
     """Plan this rank's peak (gnn_dist.memory_plan) and refuse on every rank, before the big allocations, if any
     host's ranks would not fit (or a rank would pass --memory-limit). On a GPU the host's plan (the process,
     the part file, the pinned staging buffers) is checked against the host, and the device's plan (every
     tensor training makes) against the GPU: the ranks sharing each GPU must fit in what it has free.
+    shared_halo: whether the job's overlapped exchanges go through shared memory (gnn_dist.halo_shared).
     Returns this rank's predicted peaks: (host bytes, device bytes or None)."""
     shape, plan_config = part_shape(part), plan_config_of(config)
-    plan_config = dataclasses.replace(plan_config, device=device.type)
+    plan_config = dataclasses.replace(plan_config, device=device.type,
+                                      shared_halo=plan_config.shared_halo and shared_halo)
     width = task.output_width()
     host = plan_host(shape, plan_config, part.meta.num_features, width)
     mine = RankMemory(socket.gethostname(), host.peak, host.summary(3), current_rss_bytes(),
