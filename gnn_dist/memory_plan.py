@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from gnn_dist import halo_overlap, sparse_features
 from gnn_dist.config import DEFAULT_HALO_BLOCK_ROWS, FEATURE_DTYPES, ModelConfig
+from gnn_dist.halo_shared import shared_halo_enabled
 from gnn_dist.host_memory import PROCESS_BYTES, readable_bytes
 from gnn_dist.kernels.attention import torch_backward_elements
 from gnn_dist.kernels.native import torch_formulations_run
@@ -58,6 +59,9 @@ class PlanConfig:
     negatives: str = "source"  # --task link: pairs draws (and fetches) each negative's source too
     mode: str = "full"       # full-batch training (sampled: the sparse first layer's copy is not made)
     device: str = "cpu"      # cuda: the plan is the GPU's (plan_part) and the host's is plan_host's
+    # Overlapped exchanges go through the host's shared memory (gnn_dist.halo_shared): every rank on one host,
+    # fp32 halos, GNN_DIST_SHARED_HALO not 0. A plan made before launch (inspect) assumes one host.
+    shared_halo: bool = True
 
 
 @dataclass
@@ -119,6 +123,7 @@ class _Sizes:
     # per exchanged layer (layer k at k - 1): whether its exchange overlaps the owned product (gnn_dist.halo_overlap),
     # which holds only the halo's rows and their gradients, never [owned | halo]
     overlapped: tuple = ()
+    shared: bool = False  # overlapped exchanges write into and read from shared memory: no halo rows of their own
 
 
 def largest_blocks(shape: PartShape, config: PlanConfig) -> tuple[int, int]:
@@ -158,7 +163,7 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
                        for s in schedules)
     sizes = _Sizes(n, h, block, sent_block, touched, feature_bytes, sequential, nnz, torch_kernels(config),
                    sparse_features.dropped_bytes(n + h, num_features, shape.feature_density) if sparse_copy else 0,
-                   overlapped)
+                   overlapped, config.shared_halo)
     on_gpu = config.device != "cpu"
 
     blocks = sum(-(-r // (bound or r)) for r in peers)
@@ -174,9 +179,15 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     }
     if sparse_copy:
         persistent["sparse input features"] = sparse_features.copy_bytes(n + h, num_features, shape.feature_density)
+    through_memory = [w for w, o in zip(exchanged, overlapped) if o and config.shared_halo]
     if not sequential and len(peers):
         # send rows and returned gradients, one buffer per distinct width (layers of one width share it)
-        persistent["exchange buffers"] = 2 * S * sum(set(exchanged)) * FLOAT
+        persistent["exchange buffers"] = 2 * S * sum(set(exchanged) - set(through_memory)) * FLOAT
+    if through_memory:
+        # its slot (the widest row times its send or halo rows, gnn_dist.halo_shared), and about as many pages
+        # of the peers' slots it reads (their rows for its halo, their gradients of its send rows): RSS counts
+        # both
+        persistent["shared halo slots"] = 2 * max(S, h) * max(through_memory) * FLOAT
     if len(peers):
         # Rows the schedule keeps between epochs, per exchanged layer (gnn_dist.schedules).
         # an attention layer cannot leave absent rows out (its softmax), so a schedule may cache them there
@@ -273,6 +284,12 @@ def _link_evaluation(live: Liveness, link, n: int, width: int) -> None:
     live.alloc("scoring", ((n + fetched) + 2 * (worst[0] + worst[1]) + 3 * chunk) * width * FLOAT + 3 * ends * INDEX)
 
 
+def _overlapped_halo_rows(z: _Sizes) -> int:
+    """Halo rows (or their gradients) an overlapped exchange holds of its own: none through shared
+    memory (they lie in the slots), else the halo's."""
+    return 0 if z.shared else z.h
+
+
 def _forward(live: Liveness, config: PlanConfig, widths, z: _Sizes, training: bool, loss: bool = True) -> None:
     """The model's forward (gnn_dist.layer_stack.LayerStack.forward; evaluation differs only in what it keeps)."""
     model = config.model
@@ -314,7 +331,8 @@ def _forward(live: Liveness, config: PlanConfig, widths, z: _Sizes, training: bo
                        + (z.block * i * FLOAT if k == 0 else 0))
         elif k > 0:
             # training's overlapped exchange holds the halo's rows alone (evaluation: LayerStack.forward_layerwise)
-            live.alloc("halo rows", (z.h if training and z.overlapped[k - 1] else n + z.h) * w * FLOAT)
+            live.alloc("halo rows", _overlapped_halo_rows(z) * w * FLOAT if training and z.overlapped[k - 1]
+                       else (n + z.h) * w * FLOAT)
         if conv.attention:
             # the aggregated rows [x W | a_src] stay for the backward (it recomputes the attention from them)
             live.rename("halo rows" if k > 0 and not z.sequential else "transformed rows",
@@ -364,7 +382,7 @@ def _backward(live: Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
             live.rename("output gradient", "aggregation gradient")
         # through the aggregation: A^T times the gradient, the halo rows' share going back to their owners
         live.alloc("halo gradient", (z.block + max(z.sent_block, z.touched)) * w * FLOAT if z.sequential
-                   else (z.h if k > 0 and z.overlapped[k - 1] else n + z.h) * w * FLOAT)
+                   else (_overlapped_halo_rows(z) if k > 0 and z.overlapped[k - 1] else n + z.h) * w * FLOAT)
         live.alloc("input gradient", n * w * FLOAT)
         live.free("halo gradient", "aggregation gradient", "attention buffers", f"saved source {k}")
         if not aggregate_first:
@@ -390,6 +408,7 @@ def plan_config_of(train_config) -> PlanConfig:
                       halo_block_rows=train_config.halo_block_rows, feature_dtype=train_config.feature_dtype,
                       eval_chunk_nodes=train_config.eval_chunk_nodes, task=train_config.task,
                       neg_ratio=train_config.link.neg_ratio, decoder=train_config.link.decoder,
-                      negatives=train_config.link.negatives, mode=train_config.mode, device=train_config.device)
+                      negatives=train_config.link.negatives, mode=train_config.mode, device=train_config.device,
+                      shared_halo=shared_halo_enabled() and train_config.halo_dtype == "fp32")
 
 

@@ -32,21 +32,29 @@ def test_part_statistics_are_read_from_the_part_file(partitioned):
     assert sum(shape.received_per_peer) == part.n_halo
 
 
-@pytest.mark.parametrize("halo_memory, overlap", [("resident", "1"), ("resident", "0"), ("sequential", "1")])
-def test_training_peak_equals_a_count_by_hand(partitioned, monkeypatch, halo_memory, overlap):
+@pytest.mark.parametrize("halo_memory, overlap, shared", [("resident", "1", True), ("resident", "1", False),
+                                                           ("resident", "0", True), ("sequential", "1", True)])
+def test_training_peak_equals_a_count_by_hand(partitioned, monkeypatch, halo_memory, overlap, shared):
     """GCN 16 -> 32 -> 4 with dropout: the first layer aggregates first, the second transforms first."""
     monkeypatch.setenv(OVERLAP_ENV, overlap)
     directory, shape, meta = _tiny_shape(partitioned)
     F, H, C = meta.num_features, 32, meta.num_classes
     n, h, S, nnz = shape.owned, shape.halo, shape.sent, shape.entries + shape.owned
     config = PlanConfig(model=ModelConfig(model="gcn", hidden=H, num_layers=2, dropout=0.5),
-                        halo_memory=halo_memory, halo_block_rows=0)
+                        halo_memory=halo_memory, halo_block_rows=0, shared_halo=shared)
     train = plan_phases(shape, config, F, C)["train"]
     f = 4
     params = F * H + H + H * C + C
     held = PROCESS_BYTES + (n + h) * F * f + nnz * 16 + (2 * n + h + 2) * 4 + n * 27 + h * 24 + S * 24 \
         + params * f * 5
-    if halo_memory == "resident":
+    if halo_memory == "resident" and overlap == "1" and shared:
+        # through shared memory (gnn_dist.halo_shared): the rank's slot and the pages of its peers' slots it
+        # reads, nothing of the halo's own
+        held += 2 * max(S, h) * C * f
+        halo_rows = halo_grad = 0
+        first_input = (n + h) * F * f
+        layer0 = first_input + n * F * f + n * H * f
+    elif halo_memory == "resident":
         held += 2 * S * C * f  # the exchanger keeps the send rows and returned gradients of the one exchanged width
         # overlapped (gnn_dist.halo_overlap): the halo's rows and their gradients alone; else [owned | halo]
         halo_rows = halo_grad = (h if overlap == "1" else n + h) * C * f
@@ -69,12 +77,13 @@ def test_training_peak_equals_a_count_by_hand(partitioned, monkeypatch, halo_mem
     assert train.peak == held + max(layer0, layer1, loss, backward)
 
 
-@pytest.mark.parametrize("overlap", ["1", "0"])
+@pytest.mark.parametrize("overlap, shared", [("1", False), ("0", False), ("1", True)])
 def test_an_overlapped_exchange_is_planned_with_the_halos_rows_and_gradients_alone(partitioned, monkeypatch,
-                                                                                  overlap):
+                                                                                  overlap, shared):
     """GCN 16 -> 64 -> 64 -> 4: layers 1 and 2 exchange 64 and 4 columns. Overlapped (gnn_dist.halo_overlap) their
-    training forward holds h received rows and their backward h rows of gradient; blocking, n + h of each.
-    Evaluation (layer-wise) is planned alike either way."""
+    training forward holds h received rows and their backward h rows of gradient; blocking, n + h of each;
+    through shared memory (gnn_dist.halo_shared) none: they lie in the slots, held for the run. Evaluation
+    (layer-wise) is planned alike either way."""
     import gnn_dist.memory_plan as memory_plan
 
     monkeypatch.setenv(OVERLAP_ENV, overlap)
@@ -89,9 +98,13 @@ def test_an_overlapped_exchange_is_planned_with_the_halos_rows_and_gradients_alo
             super().alloc(name, size)
 
     monkeypatch.setattr(memory_plan, "Liveness", Recording)
-    config = PlanConfig(model=ModelConfig(model="gcn", hidden=64, num_layers=3))
-    plan_phases(shape, config, meta.num_features, meta.num_classes)
-    rows = h if overlap == "1" else n + h
+    config = PlanConfig(model=ModelConfig(model="gcn", hidden=64, num_layers=3), shared_halo=shared)
+    train = plan_phases(shape, config, meta.num_features, meta.num_classes)["train"]
+    rows = (0 if shared else h) if overlap == "1" else n + h
+    S = shape.sent
+    slots = 2 * max(S, h) * 64 * 4 if overlap == "1" and shared else 0
+    assert train.parts.get("shared halo slots", 0) == slots
+    assert train.parts.get("exchange buffers", 0) == (0 if slots else 2 * S * (64 + 4) * 4)
     # train: forward of layers 1 and 2, then the backward of layers 2 and 1 (layer 0 aggregates first: its
     # backward stops before the aggregation); evaluation: the forward of layers 1 and 2, n + h rows
     assert charged == [("halo rows", rows * 64 * 4), ("halo rows", rows * 4 * 4),
