@@ -419,17 +419,44 @@ MUTANTS = [
            ("tests/test_partition.py::test_balance_edges_evens_each_parts_edges_by_the_datasets_own_degrees",)),
     Mutant("overlap: the halo's share is added before the halo rows have arrived",
            "gnn_dist/halo_overlap.py",
-           "    pending.wait()\n    with torch.profiler.record_function(\"spmm\"):\n        spmm_into(matrix, split.mid, "
-           "split.end, halo, out, col_offset=plan.n_owned, accumulate=True)\n",
-           "    with torch.profiler.record_function(\"spmm\"):\n        spmm_into(matrix, split.mid, "
-           "split.end, halo, out, col_offset=plan.n_owned, accumulate=True)\n    pending.wait()\n",
+           "    pending.wait()\n    with torch.profiler.record_function(\"spmm\"):\n        if shared is None:\n",
+           "    with torch.profiler.record_function(\"spmm\"):\n        if shared is None:\n",
            ("tests/test_halo_fake.py::test_overlapped_aggregation_multiplies_owned_rows_while_the_halo_travels_and_"
-            "equals_the_dense_products",)),
+            "equals_the_dense_products",
+            "tests/test_halo_shared.py::test_peers_read_the_rows_where_their_owner_wrote_them_and_the_products_equal_"
+            "the_dense_ones")),
     Mutant("overlap: the owned product never lets the transfer advance",
-           "gnn_dist/halo_overlap.py", "        multiply(start, min(start + CHUNK_ROWS, n_rows))\n        pending.progress()\n",
-           "        multiply(start, min(start + CHUNK_ROWS, n_rows))\n",
+           "gnn_dist/halo_overlap.py", "        multiply(start, min(start + step, n_rows))\n        pending.progress()\n",
+           "        multiply(start, min(start + step, n_rows))\n",
            ("tests/test_halo_fake.py::test_overlapped_aggregation_multiplies_owned_rows_while_the_halo_travels_and_"
             "equals_the_dense_products",)),
+    Mutant("shared halo: a rank reads an owner's rows from the start of the owner's slot, not where its own begin",
+           "gnn_dist/halo_shared.py", "self.rows_of(q, int(send_starts[q, me]), int(rows[q, me]))",
+           "self.rows_of(q, 0, int(rows[q, me]))",
+           ("tests/test_halo_shared.py::test_peers_read_the_rows_where_their_owner_wrote_them_and_the_products_equal_"
+            "the_dense_ones",)),
+    Mutant("shared halo: an owner reads its returned gradients from the start of the reader's slot",
+           "gnn_dist/halo_shared.py", "self.rows_of(r, int(halo_starts[r, me]), int(rows[me, r]))",
+           "self.rows_of(r, 0, int(rows[me, r]))",
+           ("tests/test_halo_shared.py::test_peers_read_the_rows_where_their_owner_wrote_them_and_the_products_equal_"
+            "the_dense_ones",)),
+    Mutant("shared halo: the returned gradients are added to the first send rows, whoever returned them",
+           "gnn_dist/halo_overlap.py", "plan.send_idx[first:first + rows.shape[0]], rows)",
+           "plan.send_idx[:rows.shape[0]], rows)",
+           ("tests/test_halo_shared.py::test_peers_read_the_rows_where_their_owner_wrote_them_and_the_products_equal_"
+            "the_dense_ones",)),
+    Mutant("shared halo: a rank writes its next rows before every peer has read the last (one slot)",
+           "gnn_dist/halo_shared.py", "            _timed_wait(self.read, counters)\n", "            pass\n",
+           ("tests/test_halo_shared.py::test_a_rank_writes_its_next_rows_only_after_every_peer_has_read_the_last",)),
+    Mutant("shared halo: ranks that see GNN_DIST_SHARED_HALO differently are not refused",
+           "gnn_dist/halo_shared.py", "        if len({enabled for enabled, _ in seen}) > 1:\n", "        if False:\n",
+           ("tests/test_halo_shared.py::test_ranks_that_see_gnn_dist_shared_halo_differently_are_refused_in_one_"
+            "line",)),
+    Mutant("shared halo: the bytes through shared memory are not counted",
+           "gnn_dist/halo.py", "        self.counters.halo_bytes += rows * width * torch.empty(0, dtype=exchange.dtype)"
+           ".element_size()\n", "",
+           ("tests/test_halo_shared.py::test_peers_read_the_rows_where_their_owner_wrote_them_and_the_products_equal_"
+            "the_dense_ones",)),
     Mutant("overlap: the halo gradients returned to their owners are dropped",
            "gnn_dist/halo_overlap.py", "    grad_owned.index_add_(0, plan.send_idx, returned)", "    pass",
            ("tests/test_halo_fake.py::test_overlapped_aggregation_multiplies_owned_rows_while_the_halo_travels_and_"
@@ -442,8 +469,16 @@ MUTANTS = [
            "gnn_dist/halo_overlap.py", "    if len(set(seen)) > 1:\n", "    if False:\n",
            ("tests/test_halo_fake.py::test_ranks_that_see_gnn_dist_overlap_differently_are_refused_before_any_exchange",)),
     Mutant("plan: the overlapped exchange is charged [owned | halo] rows",
-           "gnn_dist/memory_plan.py", "(z.h if training and z.overlapped[k - 1] else n + z.h)", "(n + z.h)",
+           "gnn_dist/memory_plan.py", "_overlapped_halo_rows(z) * w * FLOAT if training", "(n + z.h) * w * FLOAT if training",
            ("tests/test_plan.py::test_an_overlapped_exchange_is_planned_with_the_halos_rows_and_gradients_alone",)),
+    Mutant("plan: an exchange through shared memory is charged the halo's rows besides its slots",
+           "gnn_dist/memory_plan.py", "    return 0 if z.shared else z.h\n", "    return z.h\n",
+           ("tests/test_plan.py::test_an_overlapped_exchange_is_planned_with_the_halos_rows_and_gradients_alone",
+            "tests/test_plan.py::test_training_peak_equals_a_count_by_hand")),
+    Mutant("plan: the shared halo slots are not charged",
+           "gnn_dist/memory_plan.py", "        persistent[\"shared halo slots\"] = 2 * max(S, h)", "        _ = 2 * max(S, h)",
+           ("tests/test_plan.py::test_an_overlapped_exchange_is_planned_with_the_halos_rows_and_gradients_alone",
+            "tests/test_plan.py::test_training_peak_equals_a_count_by_hand")),
     Mutant("rss: the sampler wakes at a fixed interval (a hundred times a second in every phase)",
            "gnn_dist/rss.py", "            interval = self._interval if rose else min(2 * interval, self._max_interval)\n",
            "            interval = self._interval\n",
