@@ -29,7 +29,6 @@ from gnn_dist import halo_overlap
 from gnn_dist.codec import Codec
 from gnn_dist.comm import Comm, Pending
 from gnn_dist.device import HOST
-from gnn_dist.halo_shared import SharedExchange, SharedHalo, TimedArrival
 from gnn_dist.partition.format import PartData
 
 
@@ -143,9 +142,8 @@ class HaloExchanger:
     # Whether exact exchanges of linear layers overlap the owned product (gnn_dist.halo_overlap); set-up sets
     # the value every rank agreed on.
     overlap: bool = field(default_factory=halo_overlap.overlap_enabled)
-    # When every rank shares this host: the overlapped exchanges' rows go through shared memory
-    # (gnn_dist.halo_shared.SharedHalo, opened by set-up on every rank alike); None: through the communicator.
-    shared: SharedHalo | None = None
+    # a gnn_dist.halo_shared.SharedHalo when every rank shares one host (set-up opens it on all or none)
+    shared: object = None
     _buffers: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -196,24 +194,6 @@ class HaloExchanger:
             return None
         scale = self.active_schedule(slot).aggregation_scale(self, slot, operator)
         return None if scale is None else scale.reshape(-1, 1)
-
-    def shared_exchange(self, width: int, dtype: torch.dtype) -> SharedExchange | None:
-        """Collective: the next overlapped exchange's slot in shared memory, or None when it goes through the
-        communicator (no shared memory, or a codec that changes the rows on the wire)."""
-        if self.shared is None or not self.codec.identity:
-            return None
-        return self.shared.begin(width, dtype, self.counters)
-
-    def arrive_shared(self, exchange: SharedExchange, send_counts: np.ndarray, width: int) -> Pending:
-        """This rank's rows of a shared exchange are written: tell the peers (non-blocking). Counts what MPI
-        would have moved: the rows to peers, at their width."""
-        self.beat(self.activity)
-        with torch.profiler.record_function("halo exchange"):
-            pending = TimedArrival(exchange, self.counters)
-        rows = int(np.sum(send_counts) - send_counts[self.plan.rank])
-        self.counters.halo_rows += rows
-        self.counters.halo_bytes += rows * width * torch.empty(0, dtype=exchange.dtype).element_size()
-        return pending
 
     def send_block(self, rows: torch.Tensor, dest: int, tag: int) -> Pending:
         """Point-to-point: encode `rows` and start sending them to `dest` (sequential halos). Counts bytes and rows;

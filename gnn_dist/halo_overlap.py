@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gnn_dist.halo_shared import next_exchange
 from gnn_dist.kernels.spmm import SparseOperator, spmm_into
 
 OVERLAP_ENV = "GNN_DIST_OVERLAP"
@@ -116,10 +117,10 @@ def _forward(ex, split: OwnedHaloSplit, x_owned: torch.Tensor, bias: torch.Tenso
     plan = ex.plan
     width = x_owned.shape[1]
     ex.activity = f"epoch {ex.epoch}: {slot} forward halo exchange"
-    shared = ex.shared_exchange(width, x_owned.dtype)
+    shared = next_exchange(ex, width, x_owned.dtype)
     if shared is not None:  # the peers multiply these rows where they lie (gnn_dist.halo_shared)
         torch.index_select(x_owned, 0, plan.send_idx, out=shared.outgoing(plan.rows_sent))
-        pending = ex.arrive_shared(shared, plan.send_counts, width)
+        pending = shared.arrive(ex, plan.send_counts)
     else:
         send = ex.buffer(("send",), plan.rows_sent, width, x_owned.dtype)
         torch.index_select(x_owned, 0, plan.send_idx, out=send)
@@ -148,13 +149,13 @@ def _backward(ex, split: OwnedHaloSplit, grad_out: torch.Tensor, slot: str) -> t
     ex.activity = f"epoch {ex.epoch}: {slot} backward halo exchange"
     transpose = split.operator.transpose
     crow_t = transpose.crow_indices()
-    shared = ex.shared_exchange(width, grad_out.dtype)
+    shared = next_exchange(ex, width, grad_out.dtype)
     grad_halo = shared.outgoing(plan.n_halo) if shared is not None \
         else torch.empty(plan.n_halo, width, dtype=grad_out.dtype, device=grad_out.device)
     with torch.profiler.record_function("spmm"):
         spmm_into(transpose, *split.halo_gradient_rows(), grad_out, grad_halo)
     if shared is not None:  # the owners add these gradients from this rank's region (gnn_dist.halo_shared)
-        pending = ex.arrive_shared(shared, plan.recv_counts, width)
+        pending = shared.arrive(ex, plan.recv_counts)
     else:
         returned = ex.buffer(("grad_recv",), plan.rows_sent, width, grad_out.dtype)
         pending = ex.send_rows(grad_halo, plan.recv_counts, returned, plan.send_counts, blocking=False)

@@ -86,11 +86,19 @@ class SharedHalo:
         if self.read is not None:
             _timed_wait(self.read, counters)
             self.read = None
-        row_bytes = width * torch.empty(0, dtype=dtype).element_size()
+        row_bytes = width * dtype.itemsize
         if row_bytes > self.row_bytes:
             self.regions = self.memory.allocate(self.slot_rows() * row_bytes)
             self.row_bytes = row_bytes
         return SharedExchange(self, width, dtype)
+
+
+def next_exchange(ex, width: int, dtype: torch.dtype) -> SharedExchange | None:
+    """Collective: the exchanger `ex`'s next overlapped exchange in shared memory, or None when it goes through
+    its communicator (no shared memory, or a codec that changes the rows on the wire)."""
+    if ex.shared is None or not ex.codec.identity:
+        return None
+    return ex.shared.begin(width, dtype, ex.counters)
 
 
 @dataclass
@@ -103,7 +111,7 @@ class SharedExchange:
 
     def rows_of(self, rank: int, start: int, count: int) -> torch.Tensor:
         """Rows [start, start + count) of rank's slot. Shapes: -> [count, width]"""
-        row_bytes = self.width * torch.empty(0, dtype=self.dtype).element_size()
+        row_bytes = self.width * self.dtype.itemsize
         raw = self.halo.regions[rank][start * row_bytes:(start + count) * row_bytes]
         return raw.view(self.dtype).view(count, self.width)
 
@@ -111,9 +119,17 @@ class SharedExchange:
         """This rank's slot, for the rows it sends. Shapes: -> [count, width]"""
         return self.rows_of(self.halo.rank, 0, count)
 
-    def arrive(self) -> Pending:
-        """Collective: this rank's rows are written; wait() returns once every rank's are."""
-        return self.halo.memory.arrive()
+    def arrive(self, ex, send_counts: np.ndarray) -> Pending:
+        """Collective, non-blocking: this rank's rows are written (send_counts[q] of them for rank q); wait()
+        returns once every rank's are. Counts, in the exchanger `ex`, what MPI would have moved: the rows to
+        peers, at their width; the time in the barrier as communication."""
+        ex.beat(ex.activity)
+        with torch.profiler.record_function("halo exchange"):
+            pending = TimedArrival(self.halo.memory, ex.counters)
+        rows = int(np.sum(send_counts) - send_counts[self.halo.rank])
+        ex.counters.halo_rows += rows
+        ex.counters.halo_bytes += rows * self.width * self.dtype.itemsize
+        return pending
 
     def done_reading(self) -> None:
         """Collective, non-blocking: this rank has read its peers' rows; the next exchange writes once all have."""
@@ -141,11 +157,11 @@ class SharedExchange:
 class TimedArrival(Pending):
     """An arrival whose posting, progress and wait count as communication time (wait also as waiting)."""
 
-    def __init__(self, exchange: SharedExchange, counters):
+    def __init__(self, memory: SharedMemory, counters):
         super().__init__()
         self.counters = counters
         start = time.perf_counter()
-        self.inner = exchange.arrive()
+        self.inner = memory.arrive()
         counters.comm_s += time.perf_counter() - start
 
     def progress(self) -> None:

@@ -18,7 +18,6 @@ operator entries (GCN's self loops included).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from gnn_dist import halo_overlap, sparse_features
@@ -203,17 +202,19 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
 
     link = shape.link if config.task == "link" else None
     if link is not None:
-        persistent["link pairs"] = _link_pairs_bytes(link)
+        from gnn_dist.link.memory import link_pairs_bytes, plan_link_evaluation, plan_link_scoring  # builds on this
+
+        persistent["link pairs"] = link_pairs_bytes(link)
     train = Liveness(persistent)
     _forward(train, config, widths, sizes, training=True, loss=link is None)
     if link is not None:
-        _link_scoring(train, config, link, n, widths[-1][1])
+        plan_link_scoring(train, config, link, n, widths[-1][1])
     _backward(train, config, widths, sizes)
 
     evaluation = Liveness(persistent)
     _forward(evaluation, config, widths, sizes, training=False)
     if link is not None:
-        _link_evaluation(evaluation, link, n, widths[-1][1])
+        plan_link_evaluation(evaluation, link, n, widths[-1][1])
 
     return {phase: MemoryPlan(peak=live.peak, phase=phase, parts=live.at_peak)
             for phase, live in (("setup", setup), ("train", train), ("eval", evaluation))}
@@ -229,59 +230,6 @@ def part_file_bytes(shape: PartShape, num_features: int) -> int:
     """The part file's arrays as loaded (gnn_dist.partition.format)."""
     n, h, S = shape.owned, shape.halo, shape.sent
     return n * (num_features * FLOAT + 4 * INDEX + 3) + h * (3 * INDEX + 4) + shape.entries * INDEX + S * INDEX
-
-
-def _link_pairs_bytes(link) -> int:
-    """gnn_dist.link.pairs.LinkPairs: training pairs, edge ids and source ids; held-out pairs and MRR candidates;
-    the original-to-global id map of every node."""
-    held_out = (link.val + link.val_neg + link.test + link.test_neg) * 2 + (link.val + link.test) * link.mrr_negatives
-    return link.train * 4 * INDEX + held_out * INDEX + link.num_nodes * (4 if link.num_nodes < 2**31 else 8)
-
-
-def _distinct_remote(link, n: int, draws: int) -> int:
-    """Expected distinct nodes owned elsewhere among `draws` uniform endpoints (what one exchange fetches)."""
-    if link.num_nodes <= n:
-        return 0
-    return int((link.num_nodes - n) * -math.expm1(-draws / link.num_nodes))
-
-
-def _link_scoring(live: Liveness, config: PlanConfig, link, n: int, width: int) -> None:
-    """gnn_dist.training.link_full_batch: the negatives and the exchange's plan (numpy), [owned | fetched]
-    embeddings, every pair's rows, and the decoder's saved tensors; their gradients in the backward."""
-    ratio = config.neg_ratio
-    negatives = link.train * ratio
-    pairs = link.train + negatives
-    # the pairs rule also draws, fetches and gathers each negative's source (the source rule broadcasts the
-    # positive's own: no copy)
-    neg_sources = negatives if config.negatives == "pairs" else 0
-    endpoints = pairs + neg_sources
-    fetched = _distinct_remote(link, n, endpoints)
-    live.alloc("negatives, plan", (4 * (negatives + neg_sources) + 3 * endpoints) * INDEX)  # keyed words, ids, unique
-    live.free("negatives, plan")
-    live.alloc("negatives, plan", (negatives + neg_sources + 2 * endpoints) * INDEX)  # kept: the draw, each row
-    # [owned | fetched] embeddings, then the sources', positives', negatives' (and negative sources') rows
-    live.alloc("pair rows", ((n + fetched) + 2 * link.train + negatives + neg_sources) * width * FLOAT)
-    if config.decoder == "mlp":
-        live.alloc("decoder saved", 3 * pairs * width * FLOAT)  # Hadamard products, hidden layer, its ReLU
-    live.alloc("pair products", negatives * width * FLOAT)
-    live.free("pair products")
-    # the backward: the negatives' and their sources' gradients, the positives' and sources', and the gradient
-    # of the [owned | fetched] table
-    live.alloc("pair gradients", (2 * negatives + 2 * link.train + (n + fetched)) * width * FLOAT)
-    live.free("pair gradients", "pair rows", "decoder saved", "negatives, plan")
-    live.alloc("loss", 0)
-
-
-def _link_evaluation(live: Liveness, link, n: int, width: int) -> None:
-    """gnn_dist.link.evaluation, the larger of the two held-out sets: [owned | fetched] rows of its endpoints and
-    MRR candidates, the positive and negative pairs' rows, and one chunk of MRR candidates."""
-    from gnn_dist.link.evaluation import SCORE_CHUNK_PAIRS
-
-    worst = max((link.val, link.val_neg), (link.test, link.test_neg))
-    ends = worst[0] + worst[1] + worst[0] * link.mrr_negatives
-    fetched = _distinct_remote(link, n, ends)
-    chunk = min(SCORE_CHUNK_PAIRS, worst[0] * link.mrr_negatives)
-    live.alloc("scoring", ((n + fetched) + 2 * (worst[0] + worst[1]) + 3 * chunk) * width * FLOAT + 3 * ends * INDEX)
 
 
 def _overlapped_halo_rows(z: _Sizes) -> int:
