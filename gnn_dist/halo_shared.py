@@ -76,6 +76,11 @@ class SharedHalo:
             return None
         return cls(memory, comm.rank, np.array([counts for _, counts in seen], dtype=np.int64))
 
+    @property
+    def used(self) -> bool:
+        """Whether any exchange went through shared memory (the same on every rank: regions come collectively)."""
+        return self.regions is not None
+
     def slot_rows(self) -> int:
         """Rows of this rank's slot: its send rows or its halo rows, whichever is more."""
         return int(max(self.rows_between[self.rank].sum(), self.rows_between[:, self.rank].sum()))

@@ -236,12 +236,12 @@ def test_one_rank_failing_setup_fails_all_without_hanging(partitioned, tmp_path)
     assert run_fake_ranks(2, rank_fn, timeout=20) == [True, True]
 
 
-def test_ranks_that_see_gnn_dist_overlap_differently_are_refused_before_any_exchange(partitioned, monkeypatch):
-    # Overlapped ranks post non-blocking exchanges; a rank with it off would block in a collective they never
-    # call: the job would hang. Simulated ranks share one environment, so each thread sees its own setting here.
+def setup_refusals_when_ranks_see_it_differently(partitioned, monkeypatch, module, setting: str) -> list[str]:
+    """Each of 3 simulated ranks' set-up error when module.setting() (an environment switch) says True at ranks
+    0 and 2 and False at rank 1. Simulated ranks share one environment, so each thread sees its own value."""
     seen_by_rank = {0: True, 1: False, 2: True}
     local = threading.local()
-    monkeypatch.setattr(halo_overlap, "overlap_enabled", lambda: seen_by_rank[local.rank])
+    monkeypatch.setattr(module, setting, lambda: seen_by_rank[local.rank])
     directory = partitioned("synthetic:tiny", 3)
     config = TrainConfig(parts=str(directory), epochs=1, progress=False, model=ModelConfig(hidden=8, num_layers=2))
 
@@ -251,7 +251,13 @@ def test_ranks_that_see_gnn_dist_overlap_differently_are_refused_before_any_exch
             setup(RankContext(comm), config)
         return str(refused.value)
 
-    messages = run_fake_ranks(3, rank_fn)
+    return run_fake_ranks(3, rank_fn)
+
+
+def test_ranks_that_see_gnn_dist_overlap_differently_are_refused_before_any_exchange(partitioned, monkeypatch):
+    # Overlapped ranks post non-blocking exchanges; a rank with it off would block in a collective they never
+    # call: the job would hang.
+    messages = setup_refusals_when_ranks_see_it_differently(partitioned, monkeypatch, halo_overlap, "overlap_enabled")
     assert len(set(messages)) == 1  # every rank raises the same error: rank 0 prints it once
     assert "GNN_DIST_OVERLAP differs across ranks (overlap on at ranks [0, 2]" in messages[0]
     assert "-genv GNN_DIST_OVERLAP 0" in messages[0]

@@ -1,6 +1,7 @@
 """The same-host exchange through shared memory (gnn_dist.halo_shared), on simulated ranks."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -11,14 +12,14 @@ import torch
 from gnn_dist import halo_overlap, halo_shared
 from gnn_dist.comm import CommWrapper, Pending, SharedMemory
 from gnn_dist.config import ModelConfig, TrainConfig
-from gnn_dist.context import RankContext, SetupError
+from gnn_dist.context import RankContext
 from gnn_dist.halo import HaloExchanger, HaloPlan
 from gnn_dist.halo_shared import SharedHalo
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.partition.format import load_part
 from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup
-from tests.test_halo_fake import edge_weight, node_values
+from tests.test_halo_fake import edge_weight, node_values, setup_refusals_when_ranks_see_it_differently
 
 
 class PublishedOnWait(SharedMemory):
@@ -136,7 +137,8 @@ def test_gnn_dist_shared_halo_0_exchanges_through_mpi_and_trains_the_same(partit
     def one_step(comm):
         state = setup(RankContext(comm), config)
         loss = state.mode.compute_gradients(epoch=0)
-        return state.exchanger.shared is not None, loss, [p.grad.clone() for p in state.model.parameters()]
+        used = state.exchanger.shared is not None and state.exchanger.shared.used
+        return used, loss, [p.grad.clone() for p in state.model.parameters()]
 
     through_memory = run_fake_ranks(3, one_step)
     monkeypatch.setenv(halo_shared.SHARED_HALO_ENV, "0")
@@ -147,24 +149,17 @@ def test_gnn_dist_shared_halo_0_exchanges_through_mpi_and_trains_the_same(partit
         assert loss_a == pytest.approx(loss_b, rel=1e-6)
         for a, b in zip(grads_a, grads_b):
             assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+    # GAT's attention needs [owned | halo] rows whole: its exchanges keep MPI, and the record must not say otherwise
+    monkeypatch.delenv(halo_shared.SHARED_HALO_ENV)
+    config = dataclasses.replace(config, model=ModelConfig(model="gat", hidden=4, heads=2, num_layers=3))
+    assert [used for used, *_ in run_fake_ranks(3, one_step)] == [False] * 3
 
 
 def test_ranks_that_see_gnn_dist_shared_halo_differently_are_refused_in_one_line(partitioned, monkeypatch):
     # One rank through MPI and the others through memory would wait for each other in calls the other side
     # never makes: the job would hang.
-    seen_by_rank = {0: True, 1: False, 2: True}
-    local = threading.local()
-    monkeypatch.setattr(halo_shared, "shared_halo_enabled", lambda: seen_by_rank[local.rank])
-    directory = partitioned("synthetic:tiny", 3)
-    config = TrainConfig(parts=str(directory), epochs=1, progress=False, model=ModelConfig(hidden=8, num_layers=2))
-
-    def rank_fn(comm):
-        local.rank = comm.rank
-        with pytest.raises(SetupError) as refused:
-            setup(RankContext(comm), config)
-        return str(refused.value)
-
-    messages = run_fake_ranks(3, rank_fn)
+    messages = setup_refusals_when_ranks_see_it_differently(partitioned, monkeypatch, halo_shared,
+                                                            "shared_halo_enabled")
     assert len(set(messages)) == 1
     assert "GNN_DIST_SHARED_HALO differs across ranks (on at ranks [0, 2]" in messages[0]
     assert "-genv GNN_DIST_SHARED_HALO 0" in messages[0]

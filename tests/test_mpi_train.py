@@ -74,6 +74,8 @@ def test_metrics_contract_and_bytes_match_inspect(partitioned, tmp_path):
     # independent count: halo rows x (exchanged widths 32 and 10 for 64->32->32->10) x 4 bytes x (fwd + bwd)
     assert report["predicted_halo_bytes_per_epoch"] == report["total_halo_rows"] * (32 + 10) * 4 * 2
     assert all(r["halo_bytes"] == report["predicted_halo_bytes_per_epoch"] for r in epochs)
+    # four ranks of one host: the exchanges went through the shared window, counted as MPI would have moved them
+    assert final["halo_exchange"] == "shared memory"
 
 
 def test_gcn_on_cora_reaches_kipf_welling_accuracy(cora_root, tmp_path):

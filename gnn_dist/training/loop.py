@@ -229,7 +229,8 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
             **memory_report(ctx, memory),
             "device": config.device,
             # the same on every rank: set-up opened shared memory on all of them or on none
-            "halo_exchange": "shared memory" if state.exchanger.shared is not None else "communicator",
+            "halo_exchange": "shared memory" if state.exchanger.shared is not None and state.exchanger.shared.used
+            else "communicator",
             "peak_device_bytes_per_rank": device_peaks(ctx, state.device),
             **planned_report(ctx, state),
         }, state.task.final_figures(state, records))
