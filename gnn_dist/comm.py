@@ -96,6 +96,10 @@ class SharedMemory:
         once wait() returns, and so is what every other rank wrote before its own arrive()."""
         raise NotImplementedError
 
+    def free(self) -> None:
+        """Collective: free the regions, once every rank has stopped using them."""
+        raise NotImplementedError
+
 
 class Comm:
     """What the runtime needs from a communicator. Counts are in rows of the given tensors."""
@@ -277,8 +281,7 @@ class _MPISharedMemory(SharedMemory):
         self._mpi, self._comm, self._window = mpi, shared_comm, None
 
     def allocate(self, nbytes: int) -> list[torch.Tensor]:
-        self._comm.Barrier()  # every rank is done with the regions before they go
-        self._free()
+        self.free()
         window = self._mpi.Win.Allocate_shared(max(int(nbytes), 1), 1, comm=self._comm)
         window.Lock_all(self._mpi.MODE_NOCHECK)
         self._window = window
@@ -292,8 +295,9 @@ class _MPISharedMemory(SharedMemory):
         self._window.Sync()  # this rank's stores reach the shared memory before it says it arrived
         return _SharedArrival(self._comm.Ibarrier(), self._window)
 
-    def _free(self) -> None:
+    def free(self) -> None:
         if self._window is not None:
+            self._comm.Barrier()  # every rank is done with the regions before they go
             self._window.Unlock_all()
             self._window.Free()
             self._window = None

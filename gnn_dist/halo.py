@@ -296,14 +296,9 @@ class HaloExchanger:
             self.counters.allreduce_bytes += tensor.numel() * tensor.element_size()
 
     def halo_rows(self, x_owned: torch.Tensor, slot: str) -> torch.Tensor:
-        """The exact halo rows of x, alone (no [owned | halo] copy); not differentiable: for evaluation.
-
-        The same rows, codec and byte count as gather's forward under the exact
-        schedule; the send rows are a temporary, not a kept buffer, so nothing
-        of the width of this exchange stays allocated after it.
-
-        Shapes: [n_owned, F] -> [n_halo, F]
-        """
+        """The exact halo rows of x, alone (no [owned | halo] copy); not differentiable: for evaluation. The same
+        rows, codec and byte count as gather's forward under the exact schedule; the send rows are a temporary,
+        so nothing of this exchange's width stays allocated after it. Shapes: [n_owned, F] -> [n_halo, F]"""
         plan = self.plan
         halo = torch.empty(plan.n_halo, x_owned.shape[1], dtype=x_owned.dtype, device=x_owned.device)
         if plan.num_parts == 1:
@@ -326,8 +321,10 @@ class HaloExchanger:
         return halo
 
     def drain(self) -> None:
-        """Complete communication still in flight (pipelined schedules) before the job ends."""
+        """Complete communication still in flight (pipelined schedules, shared halos) before the job ends."""
         self.schedule.drain(self)
+        if self.shared is not None:
+            self.shared.close()
 
 
 class _Timed(Pending):

@@ -59,6 +59,7 @@ class SharedHalo:
     row_bytes: int = 0          # widest row (bytes) the regions hold so far
     regions: list | None = None
     read: Pending | None = None  # the barrier after the last exchange's rows were read, in flight
+    used: bool = False           # whether any exchange went through shared memory (alike on every rank)
 
     @classmethod
     def open(cls, comm: Comm, send_counts: np.ndarray) -> SharedHalo | None:
@@ -76,11 +77,6 @@ class SharedHalo:
             return None
         return cls(memory, comm.rank, np.array([counts for _, counts in seen], dtype=np.int64))
 
-    @property
-    def used(self) -> bool:
-        """Whether any exchange went through shared memory (the same on every rank: regions come collectively)."""
-        return self.regions is not None
-
     def slot_rows(self) -> int:
         """Rows of this rank's slot: its send rows or its halo rows, whichever is more."""
         return int(max(self.rows_between[self.rank].sum(), self.rows_between[:, self.rank].sum()))
@@ -95,7 +91,19 @@ class SharedHalo:
         if row_bytes > self.row_bytes:
             self.regions = self.memory.allocate(self.slot_rows() * row_bytes)
             self.row_bytes = row_bytes
+        self.used = True
         return SharedExchange(self, width, dtype)
+
+
+    def close(self) -> None:
+        """Collective: wait for the last exchange's readers and free the regions (before MPI finalises); a later
+        exchange would allocate them again."""
+        if self.read is not None:
+            self.read.wait()
+            self.read = None
+        if self.regions is not None:
+            self.memory.free()
+            self.regions, self.row_bytes = None, 0
 
 
 def next_exchange(ex, width: int, dtype: torch.dtype) -> SharedExchange | None:

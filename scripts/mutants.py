@@ -448,6 +448,10 @@ MUTANTS = [
     Mutant("shared halo: a rank writes its next rows before every peer has read the last (one slot)",
            "gnn_dist/halo_shared.py", "            _timed_wait(self.read, counters)\n", "            pass\n",
            ("tests/test_halo_shared.py::test_a_rank_writes_its_next_rows_only_after_every_peer_has_read_the_last",)),
+    Mutant("shared halo: the job ends with the readers' last barrier in flight and the window held",
+           "gnn_dist/halo.py", "        if self.shared is not None:\n            self.shared.close()\n", "",
+           ("tests/test_halo_shared.py::test_peers_read_the_rows_where_their_owner_wrote_them_and_the_products_equal_"
+            "the_dense_ones",)),
     Mutant("shared halo: ranks that see GNN_DIST_SHARED_HALO differently are not refused",
            "gnn_dist/halo_shared.py", "        if len({enabled for enabled, _ in seen}) > 1:\n", "        if False:\n",
            ("tests/test_halo_shared.py::test_ranks_that_see_gnn_dist_shared_halo_differently_are_refused_in_one_"

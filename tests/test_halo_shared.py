@@ -39,6 +39,10 @@ class PublishedOnWait(SharedMemory):
         self.events.append("arrive")
         return _Publish(self)
 
+    def free(self) -> None:
+        self.comm.barrier()
+        self.events.append("free")
+
 
 class _Publish(Pending):
     def __init__(self, memory: PublishedOnWait):
@@ -100,6 +104,8 @@ def test_peers_read_the_rows_where_their_owner_wrote_them_and_the_products_equal
             outcomes.append((dense.t() @ upstream, x.grad))
         # rows to peers and every halo row's gradient back, float64, as MPI would have moved them
         assert ex.counters.halo_bytes == (plan.rows_sent_to_peers + part.n_halo) * (3 + 5) * 8
+        ex.drain()  # the job's end: the last readers are waited for and the regions freed
+        assert ex.shared.read is None and ex.shared.regions is None and ex.shared.used
         return ids, outcomes, part.n_owned, events
 
     results = run_fake_ranks(num_parts, rank_fn)
@@ -113,8 +119,9 @@ def test_peers_read_the_rows_where_their_owner_wrote_them_and_the_products_equal
             for row in range(n_owned):
                 assert torch.allclose(grad[row], expected[ids[row]], atol=1e-12)
     for *_, events in results:
-        # nothing through MPI; per exchange, rows written then rows read: 2 layers, forward and backward
-        assert events == ["arrive"] * 8
+        # nothing through MPI; per exchange, rows written then rows read: 2 layers, forward and backward; the
+        # regions freed at the end
+        assert events == ["arrive"] * 8 + ["free"]
 
 
 def test_a_wrapped_communicator_or_one_rank_exchanges_through_mpi(partitioned):
