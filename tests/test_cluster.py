@@ -92,6 +92,9 @@ def test_training_across_two_hosts_equals_one_host(hosts, partitioned, tmp_path,
                                                                                                          reference)
         for key in ("test_acc", "halo_bytes_total", "allreduce_bytes_total"):
             assert cluster_records[-1][key] == local_records[-1][key], (name, key)
+        # two hosts' ranks exchange through MPI; one host's, under exact full-batch, through its shared memory
+        assert cluster_records[-1]["halo_exchange"] == "communicator", name
+        assert local_records[-1]["halo_exchange"] == ("shared memory" if name == "exact-full" else "communicator")
 
 
 def test_ranks_really_ran_on_both_hosts(hosts):
