@@ -6,7 +6,7 @@
 
 For every P and schedule it trains twice on the same partition: across two hosts of scripts/cluster.sh
 (network, UTS, IPC, mount and PID namespaces, MPI over TCP through a tbf link of --rate-gbit), and on this
-host alone with `--simulate-link RATE` (gnn_dist.simulated_link). It reports each run's median epoch time and
+host alone with `--simulate-link RATE` (gnn_dist.comm.simulated_link). It reports each run's median epoch time and
 communication time (epochs after the first two) and their ratio: the target is agreement within 15%. Both
 runs evaluate after every epoch, and each reports its time to --target-val-acc: the training seconds (epoch_s
 summed, as benchmarks/time_to_accuracy.py counts them) until validation accuracy first reaches it; the two

@@ -150,9 +150,9 @@ def ogb_score(dataset: str, root: str | None, predictions_path: Path) -> float |
         return None
     import numpy as np
 
-    from gnn_dist.partition.datasets import _import_ogb_quietly, load_dataset
+    from gnn_dist.partition.datasets import import_ogb_quietly, load_dataset
 
-    _import_ogb_quietly()
+    import_ogb_quietly()
     from ogb.nodeproppred import Evaluator
 
     graph = load_dataset(dataset, root)

@@ -6,7 +6,7 @@
 GCN 3x256, exact schedule (--schedule S for another), dropout 0.5, one thread per rank, every run on the
 same partitions. For each P and halo mode it runs `mpiexec -n P gnn-dist
 train` and reads each rank's peak RSS from the final metrics record; beside
-it, the peak that `gnn-dist inspect` (gnn_dist.memory_plan) predicts for the same
+it, the peak that `gnn-dist inspect` (gnn_dist.plan.memory) predicts for the same
 rank before the run. With --before it also runs the older checkout at that
 path (resident halos: older code has no other mode), interleaved with this
 tree's runs so the host's drift touches both alike.
@@ -25,8 +25,8 @@ from statistics import median
 
 from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_train
 from gnn_dist.config import ModelConfig
-from gnn_dist.memory_plan import PlanConfig, plan_part
 from gnn_dist.partition.format import load_meta, part_shapes
+from gnn_dist.plan.memory import PlanConfig, plan_part
 
 GIB = 2**30
 

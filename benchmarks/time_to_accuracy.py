@@ -1,6 +1,6 @@
 """Time to a target validation accuracy on a modelled link (`gnn-dist bench --links 1,10,100`).
 
-Each run with a link trains under `--simulate-link GBPS` (gnn_dist.simulated_link),
+Each run with a link trains under `--simulate-link GBPS` (gnn_dist.comm.simulated_link),
 so its epoch times include what its bytes would cost on that link. The time to
 target is the training time (the slowest rank's epoch_s, summed) until the
 first epoch whose validation accuracy reaches the target. The target is
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gnn_dist.simulated_link import LinkModel
+from gnn_dist.comm.simulated_link import LinkModel
 
 
 def _gbps(link: str) -> float:

@@ -2,8 +2,8 @@
 
     mpiexec -n P python -m gnn_dist.benchmarks.train_many --common "--parts DIR --epochs 200" --run "--schedule stale:4" ...
 
-Each run's options are `gnn-dist train` options (--common, then the run's own), parsed by gnn-dist's own
-train parser. Rank 0 prints one JSON line per run: {"run": RUN, **the run's final record}.
+Each run's options are `gnn-dist train` options (--common, then the run's own), parsed by the options of
+`gnn-dist train` (gnn_dist.config.add_train_options). Rank 0 prints one JSON line per run: {"run": RUN, **the run's final record}.
 """
 from __future__ import annotations
 
@@ -26,17 +26,22 @@ def parse_runs(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import argparse
+
     from gnn_dist import RankContext, make_world_comm
-    from gnn_dist.cli import build_parser, import_plugins
-    from gnn_dist.config import train_config_from_args
+    from gnn_dist.config import add_train_options, train_config_from_args
+    from gnn_dist.plugins.loading import import_plugins
+    from gnn_dist.tasks import task_names
     from gnn_dist.training.loop import train
 
     common, runs = parse_runs(sys.argv[1:] if argv is None else argv)
     import_plugins(common + [word for run in runs for word in shlex.split(run)])
     ctx = RankContext(make_world_comm())
-    parser = build_parser()
+    parser = argparse.ArgumentParser(prog="train_many")
+    add_train_options(parser, task_names)
+    parser.add_argument("--plugin", action="append", default=[])
     for run in runs:
-        args = parser.parse_args(["train", "--no-progress", *common, *shlex.split(run)])
+        args = parser.parse_args(["--no-progress", *common, *shlex.split(run)])
         final = train(ctx, train_config_from_args(args))
         if ctx.is_root:
             print(json.dumps({"run": run, **final}), flush=True)

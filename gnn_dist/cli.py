@@ -4,33 +4,37 @@
 Errors: one line `gnn-dist CMD: error: ...` on stderr and a non-zero exit.
 Under mpiexec an argument error is printed by rank 0 only; a failure on one
 rank during training prints the rank and the cause and aborts the whole job.
+
+The benchmarks are imported only when `gnn-dist bench` runs (the core never loads them).
+
+May import: benchmarks, comm, config, context, embed, export, memory, partition, partition_report, plan,
+    plugins, resilience, tasks, training
 """
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
-from gnn_dist.comm import launcher_rank
+from gnn_dist.comm.communicator import launcher_rank
 from gnn_dist.config import (
     LinkConfig,
     ModelConfig,
-    SampledConfig,
     TrainConfig,
     add_options,
-    byte_size,
+    add_train_options,
     options_from_args,
     positive_int,
     train_config_from_args,
 )
 from gnn_dist.embed import EmbedConfig
+from gnn_dist.memory.host import byte_size
 from gnn_dist.partition.partitioner import DEFAULT_LOCALITY_BLOCK
-from gnn_dist.supervise import EXIT_FAILED, EXIT_SETUP, option_values, supervise
+from gnn_dist.plugins.loading import PluginError
+from gnn_dist.plugins.loading import import_plugins as load_plugins
+from gnn_dist.resilience.supervise import EXIT_FAILED, EXIT_SETUP, supervise
 
-# Exit statuses (gnn_dist.supervise restarts on any failure but usage and set-up errors, which input caused).
+# Exit statuses (gnn_dist.resilience.supervise restarts on any failure but usage and set-up errors, which input caused).
 EXIT_ERROR = EXIT_FAILED  # a rank failed or hung: the job was aborted
 EXIT_USAGE = 2
 # train's options that also shape inspect's byte prediction and memory plan
@@ -51,25 +55,21 @@ PLUGIN_HELP = ("import this module (or .py file) first, so the models, schedules
                "named (docs/extending.md); repeatable")
 
 
+def _task_names() -> tuple[str, ...]:
+    """--task's choices: the task registry (loaded when the train parser is built, as --model's registry is)."""
+    from gnn_dist.tasks import task_names
+
+    return task_names()
+
+
 def import_plugins(argv: list[str]) -> None:
-    """Import every --plugin before the parser is built: what they register becomes a valid choice."""
-    for target in option_values(argv, "--plugin"):
-        try:
-            if target.endswith(".py"):
-                path = Path(target).resolve()
-                spec = importlib.util.spec_from_file_location(f"gnn_dist_plugin_{path.stem}", path)
-                if spec is None or not path.is_file():
-                    raise FileNotFoundError(f"no such file {target}")
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[spec.name] = module
-                spec.loader.exec_module(module)
-            else:
-                importlib.import_module(target)
-        except Exception as err:  # noqa: BLE001 - any failure of user code is one usage error line
-            if launcher_rank() in (None, 0):
-                print(f"gnn-dist: error: --plugin {target}: cannot import it ({type(err).__name__}: {err})",
-                      file=sys.stderr)
-            sys.exit(EXIT_USAGE)
+    """Import every --plugin before the parser is built; a failure is one usage-error line (rank 0's)."""
+    try:
+        load_plugins(argv)
+    except PluginError as err:
+        if launcher_rank() in (None, 0):
+            print(f"gnn-dist: error: {err}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,10 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train under mpiexec -n P (one rank per part)")
     # Every option comes from the config dataclasses (gnn_dist.config): one place for names, defaults and help.
-    add_options(t, TrainConfig)
-    add_options(t, ModelConfig)
-    add_options(t, SampledConfig)
-    add_options(t, LinkConfig)
+    add_train_options(t, _task_names)
     t.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
 
     e = sub.add_parser("embed", help="every node's output of one layer of a trained model, to one .npy (under "
@@ -170,9 +167,9 @@ def _validated(config):
 
 
 def cmd_inspect(args) -> int:
-    from gnn_dist.memory_plan import PlanConfig
     from gnn_dist.partition.format import PartitionFormatError
     from gnn_dist.partition_report import format_report, inspect_partition
+    from gnn_dist.plan.memory import PlanConfig
 
     try:
         model = ModelConfig(**options_from_args(ModelConfig, args))
@@ -194,7 +191,7 @@ def _run_collective(command: str, job):
     A SetupError is raised identically on every rank: rank 0 reports it once and every rank exits cleanly, with
     the status that says "the input was refused" (a supervisor does not retry it). Anything else is one rank's
     failure, which must end the whole job."""
-    from gnn_dist.comm import make_world_comm
+    from gnn_dist.comm.communicator import make_world_comm
     from gnn_dist.context import RankContext, SetupError
 
     comm = make_world_comm()

@@ -6,9 +6,12 @@ fields (`add_options`, `options_from_args`), so `gnn-dist train --help`, the
 Python API (`TrainConfig(...)`) and `validate()` cannot disagree about a
 default. Fields made without `option` (the nested configs) are not flags.
 
-The config does not depend on the runtime: loading it loads no registry. What only a registry can answer
-(the model and schedule names, a halo dtype's codec, a link's spec) is looked up when validate() runs or
-when a parser lists the choices.
+Loading the config loads no registry. What only a registry can answer (the model and schedule names, a halo
+dtype's codec, a link's spec) is looked up when validate() runs or when a parser lists the choices. The task
+registry sits above the config (its tasks train with it): --task is checked where training looks the task up,
+and the command line hands its names to add_options as choices.
+
+May import: comm, device, memory, models, schedules
 """
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from dataclasses import MISSING, dataclass, field, fields
 
 import torch
 
+from gnn_dist.device import DEVICES, check_device
+from gnn_dist.memory.host import byte_size
+
 MODES = ("full", "sampled")
 HALO_MEMORY_MODES = ("resident", "sequential")
 # Rows per block by default: 16 MiB per block at width 256, where one peer's whole block can be most of the
@@ -25,7 +31,6 @@ HALO_MEMORY_MODES = ("resident", "sequential")
 DEFAULT_HALO_BLOCK_ROWS = 16384
 SCHEDULE_GUARD = ("on", "off")
 SAMPLING_STRATEGIES = ("remote", "local")
-DEVICES = ("cpu", "cuda")
 # Storage of the input features (--feature-dtype); the model upcasts them to fp32 where it uses them.
 FEATURE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEFAULT_EVAL_CHUNK_NODES = 16384  # rows per chunk: 16 MiB per temporary at width 256, a small share of a layer
@@ -36,13 +41,6 @@ def _models():
     import gnn_dist.models
 
     return gnn_dist.models
-
-
-def _tasks():
-    """The task registry, when a question needs it."""
-    import gnn_dist.tasks
-
-    return gnn_dist.tasks
 
 
 def timeout_seconds(text: str) -> float | str:
@@ -68,23 +66,6 @@ def fanout_list(text: str) -> tuple[int, ...]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected one integer per layer separated by commas, like 15,10,5; "
                                          f"got {text!r}") from None
-
-
-_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def byte_size(text: str) -> int:
-    """'8G', '512M', '1.5G' or plain bytes (binary units)."""
-    number, unit = text.strip().upper().rstrip("IB"), ""
-    if number and number[-1] in _SIZE_UNITS:
-        number, unit = number[:-1], number[-1]
-    try:
-        value = float(number) * _SIZE_UNITS[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size like 8G, 512M or a number of bytes; got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-    return int(value)
 
 
 def option(default=MISSING, help: str = "", *, parse=None, choices=None, flag: str | None = None):
@@ -198,7 +179,7 @@ class TrainConfig:
     parts: str = option(help="partition directory from gnn-dist partition")
     model: ModelConfig = field(default_factory=ModelConfig)
     task: str = option("node", "what to learn: node classification, or link prediction (on a partition made with "
-                               "gnn-dist partition --task link)", choices=lambda: _tasks().task_names())
+                               "gnn-dist partition --task link; gnn_dist.tasks registers them)")
     mode: str = option("full", "full: full-batch training; sampled: mini-batches of sampled neighbourhoods")
     schedule: str = option("exact", "halo exchange schedule of hidden layers, or one per exchanged layer, "
                            "comma-separated (docs/schedules.md)")
@@ -222,7 +203,7 @@ class TrainConfig:
     resume: bool = option(False, "continue from the newest complete checkpoint")
     timeout: float | str = option("auto", "abort the job when a rank makes no progress for this many seconds (0: "
                                           "never); auto: max(60 s, 20 x the longest step seen) once training runs, "
-                                          "more in set-up and evaluation (gnn_dist.watchdog)", parse=timeout_seconds)
+                                          "more in set-up and evaluation (gnn_dist.resilience.watchdog)", parse=timeout_seconds)
     predictions_out: str | None = option(None, ".npy of every node's predicted class, by original id (rank 0 "
                                                "writes it)", parse=str)
     tensorboard: str | None = option(None, "write each epoch's scalars (loss, accuracies, bytes, times, memory) to "
@@ -232,7 +213,7 @@ class TrainConfig:
                                  "directory (torch.profiler; trace-rank-NNNNN.json)", parse=str)
     profile_epochs: str = option("1:3", "the epochs to trace with --profile, A:B as a Python range (default 1:3: "
                                  "the second and third)")
-    # Evaluation runs layer by layer over the owned nodes in chunks of this many rows (gnn_dist.layer_stack.
+    # Evaluation runs layer by layer over the owned nodes in chunks of this many rows (gnn_dist.steps.layer_stack.
     # LayerStack.forward_layerwise): memory is one layer's activations plus a chunk, never a whole forward.
     eval_chunk_nodes: int = option(DEFAULT_EVAL_CHUNK_NODES, "evaluate layer by layer over chunks of this many "
                                    "owned nodes: memory of one layer's activations plus a chunk, in both modes")
@@ -248,14 +229,12 @@ class TrainConfig:
                                       parse=byte_size)
     simulate_link: str | None = option(None, "benchmarks: model a network of GBPS[,LATENCY_US] (Gb/s, us): every "
                                        "exchange of training takes at least latency + bytes / bandwidth; results "
-                                       "are labelled modelled (gnn_dist.simulated_link)", parse=str)
+                                       "are labelled modelled (gnn_dist.comm.simulated_link)", parse=str)
     sampled: SampledConfig = field(default_factory=SampledConfig)  # used with mode="sampled"
     link: LinkConfig = field(default_factory=LinkConfig)  # used with task="link"
 
     def validate(self) -> None:
         self.model.validate()
-        if self.task not in _tasks().task_names():
-            raise ValueError(f"unknown --task {self.task!r}: use {_models().one_of(_tasks().task_names())}")
         if self.task == "link":
             self.link.validate()
             if self.predictions_out is not None:
@@ -290,8 +269,6 @@ class TrainConfig:
         self._validate_device()
 
     def _validate_device(self) -> None:
-        from gnn_dist.device import check_device
-
         check_device(self.device)
 
     def _validate_numbers(self) -> None:
@@ -306,7 +283,7 @@ class TrainConfig:
             raise ValueError(f"--memory-limit must be positive, got {self.memory_limit}")
         if self.schedule_guard not in SCHEDULE_GUARD:
             raise ValueError(f"bad --schedule-guard {self.schedule_guard!r}: use on or off")
-        from gnn_dist.codec import HALO_DTYPES
+        from gnn_dist.comm.codec import HALO_DTYPES
 
         if self.halo_dtype not in HALO_DTYPES:
             raise ValueError(f"bad --halo-dtype {self.halo_dtype!r}: valid: {', '.join(HALO_DTYPES)}")
@@ -329,7 +306,7 @@ class TrainConfig:
         if self.profile is not None:
             profile_range(self.profile_epochs)
         if self.simulate_link is not None:
-            from gnn_dist.simulated_link import LinkModel
+            from gnn_dist.comm.simulated_link import LinkModel
 
             LinkModel.parse(self.simulate_link)
 
@@ -346,8 +323,12 @@ def _flag_fields(config_class, only=None):
     return [f for f in fields(config_class) if "help" in f.metadata and (only is None or f.name in only)]
 
 
-def add_options(parser: argparse.ArgumentParser, config_class, only=None, help_prefix: str = "") -> None:
-    """One argparse option per option() field of config_class (or of the names in `only`)."""
+def add_options(parser: argparse.ArgumentParser, config_class, only=None, help_prefix: str = "",
+                choices: dict | None = None) -> None:
+    """One argparse option per option() field of config_class (or of the names in `only`).
+
+    choices: field name -> a function returning that option's choices, for the options whose registry sits
+    above this module (--task: gnn_dist.tasks, whose tasks train with these configs); the caller supplies it."""
     for f in _flag_fields(config_class, only):
         meta = f.metadata
         flag = meta["flag"] or "--" + f.name.replace("_", "-")
@@ -361,11 +342,19 @@ def add_options(parser: argparse.ArgumentParser, config_class, only=None, help_p
             else:
                 parser.add_argument(flag, dest=f.name, action="store_true", help=text)
         else:
-            choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
+            listed = (choices or {}).get(f.name, meta["choices"])
+            choices_now = listed() if callable(listed) else listed
             parse = meta["parse"] or type(f.default)
             shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
-            parser.add_argument(flag, dest=f.name, type=parse, default=f.default, choices=choices,
+            parser.add_argument(flag, dest=f.name, type=parse, default=f.default, choices=choices_now,
                                 help=text if f.default is None else f"{text} (default: {shown})")
+
+
+def add_train_options(parser: argparse.ArgumentParser, task_names) -> None:
+    """Every option of `gnn-dist train`; task_names: the task registry's names (--task's choices)."""
+    add_options(parser, TrainConfig, choices={"task": task_names})
+    for config_class in (ModelConfig, SampledConfig, LinkConfig):
+        add_options(parser, config_class)
 
 
 def options_from_args(config_class, args: argparse.Namespace, only=None) -> dict:

@@ -1,9 +1,12 @@
-"""The explicit per-rank state: who am I, how many of us, which communicator."""
+"""The explicit per-rank state: who am I, how many of us, which communicator.
+
+May import: comm
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gnn_dist.comm import Comm
+from gnn_dist.comm.communicator import Comm
 
 
 class SetupError(RuntimeError):

@@ -7,11 +7,13 @@ each start at GPU 0. Two ranks may share one GPU (that is why NCCL, which
 refuses it, is not used: docs/gpu.md).
 
 Every exchange of device tensors is staged through pinned host buffers
-(gnn_dist.staging) unless the MPI library is CUDA-aware, which it says
+(gnn_dist.comm.staging) unless the MPI library is CUDA-aware, which it says
 through `GNN_DIST_CUDA_AWARE_MPI=1` (set it only when your MPI was built with
 CUDA support: Open MPI reports it with `ompi_info --parsable --all | grep
 mpi_built_with_cuda_support`; MPICH with `MPIR_CVAR_ENABLE_GPU`). The CPU path
 is untouched: no staging, no copies.
+
+May import: comm
 """
 from __future__ import annotations
 
@@ -19,10 +21,10 @@ import os
 
 import torch
 
-from gnn_dist.comm import Comm
-from gnn_dist.config import DEVICES
-from gnn_dist.staging import StagedComm, staging_forced
+from gnn_dist.comm.communicator import Comm
+from gnn_dist.comm.staging import StagedComm, staging_forced
 
+DEVICES = ("cpu", "cuda")  # --device
 CUDA_AWARE_ENV = "GNN_DIST_CUDA_AWARE_MPI"
 HOST = torch.device("cpu")  # the default device of everything a rank builds
 

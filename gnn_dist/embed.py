@@ -5,7 +5,7 @@ one .npy file that no process ever holds whole.
 
 The model comes from the newest complete checkpoint in CK (written at any P, on any partition of the same
 graph: only the replicated model is read). Inference is the evaluation path, layer by layer in chunks of
---eval-chunk-nodes owned rows (gnn_dist.layer_stack.LayerStack.forward_layerwise), so a rank holds one
+--eval-chunk-nodes owned rows (gnn_dist.steps.layer_stack.LayerStack.forward_layerwise), so a rank holds one
 layer's activations and one chunk at a time. `--layer K` picks the layer (0-based; negative counts from the
 end, -1 the last: the logits; -2 the penultimate layer's output, after its BatchNorm and ReLU, the usual
 embedding).
@@ -13,6 +13,8 @@ embedding).
 Rank 0 creates the file under a temporary name as an .npy memmap of [num_nodes, width]; every rank writes its
 own rows there by original id; rank 0 renames it to --out when every rank has finished. A job that fails or
 is killed leaves nothing at --out.
+
+May import: config, context, graph, halo, memory, models, partition, resilience, steps, training
 """
 from __future__ import annotations
 
@@ -54,12 +56,14 @@ def resolve_layer(layer: int, num_layers: int) -> int:
 
 def embed(ctx: RankContext, config: EmbedConfig) -> dict:
     """Collective: write the file; returns {"out", "rows", "width", "layer", "peak_rss_bytes_per_rank"}."""
-    from gnn_dist.checkpoint import encoder_weights, graph_identity, trained_model
-    from gnn_dist.halo import HaloExchanger, HaloPlan
-    from gnn_dist.layer_stack import LayerStack
-    from gnn_dist.local_graph import LocalGraph
+    from gnn_dist.graph.local_graph import LocalGraph
+    from gnn_dist.halo.exchange import HaloExchanger
+    from gnn_dist.halo.plan import HaloPlan
+    from gnn_dist.memory.rss import peak_rss_bytes, use_workspace
+    from gnn_dist.models import model_class
     from gnn_dist.partition.format import load_meta, load_part
-    from gnn_dist.rss import peak_rss_bytes, use_workspace
+    from gnn_dist.resilience.checkpoint import encoder_weights, graph_identity, trained_model
+    from gnn_dist.steps.layer_stack import LayerStack
     from gnn_dist.training.setup import agree_on_setup, check_writable
 
     torch.set_num_threads(config.threads)
@@ -85,7 +89,7 @@ def embed(ctx: RankContext, config: EmbedConfig) -> dict:
                          f"({recorded.get('num_nodes')} nodes) but --parts {config.parts} holds {identity['dataset']} "
                          f"({identity['num_nodes']} nodes): embed a partition of the graph it was trained on")
     exchanger = HaloExchanger(ctx.comm, HaloPlan.from_part(part))
-    graph = LocalGraph.from_part(part, model_config.model, whole_operator=False)
+    graph = LocalGraph.from_part(part, model_class(model_config.model).normalise, whole_operator=False)
     x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)])
     # The last layer's width: the class count, or a link-prediction model's embedding width.
     out_width = manifest["widths"][1] if "widths" in manifest else meta.num_classes
@@ -106,7 +110,7 @@ def write_rows_by_id(ctx: RankContext, out: str, num_rows: int, width: int, ids:
                      dtype: str) -> None:
     """Collective: every rank's rows into one [num_rows, width] .npy file at their ids, through a memmap that
     each rank opens; rank 0 creates it under a temporary name and renames it once all have written."""
-    from gnn_dist.training.faults import maybe_inject_failure
+    from gnn_dist.resilience.faults import maybe_inject_failure
 
     target = Path(out).resolve()
     temporary = target.with_name(f".{target.name}.partial-{ctx.comm.allgather_object(uuid.uuid4().hex[:8])[0]}")

@@ -20,6 +20,8 @@ are in model.decoder.pt, the state_dict of torch.nn.Sequential(Linear(D, D), ReL
 to z_u * z_v (`load_decoder(path)` builds it). The model then runs on the whole graph as gnn-dist partitioned it: undirected
 (both directions of every edge), without self loops, features as partitioned (--normalize-features included).
 A model whose layer has no PyG equivalent built from plain arguments is refused with one line.
+
+May import: config, context, models, resilience
 """
 from __future__ import annotations
 
@@ -80,7 +82,7 @@ def build(spec: dict) -> nn.Module:
 
 def export(checkpoint_dir: str, out: str) -> dict:
     """Write out (state_dict) and its .json spec from the newest checkpoint; returns the spec."""
-    from gnn_dist.checkpoint import encoder_weights, trained_model
+    from gnn_dist.resilience.checkpoint import encoder_weights, trained_model
 
     fields, all_weights, manifest = trained_model(checkpoint_dir)
     weights = encoder_weights(all_weights)

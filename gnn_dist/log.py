@@ -3,6 +3,8 @@
 Errors that end a command keep their one-line `gnn-dist CMD: error: ...` form
 (gnn_dist.cli); this is for what a run reports along the way (resuming,
 warnings), which under mpiexec would otherwise be anonymous lines from any rank.
+
+May import: nothing of gnn_dist
 """
 from __future__ import annotations
 

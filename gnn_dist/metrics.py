@@ -5,6 +5,8 @@ Records stream to FILE.partial while the run goes on and are renamed to FILE
 when it ends, so a file under the final name is always a complete run.
 TensorBoard's event files are written as torchtitan writes them, with
 torch.utils.tensorboard; the `tensorboard` package is an optional extra.
+
+May import: nothing of gnn_dist
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """`gnn-dist inspect`: how good a partition is, and what training on it will send.
 
 Every part file is verified against its sha256 in meta.json first.
+
+May import: config, link, memory, models, partition, plan
 """
 from __future__ import annotations
 
@@ -8,11 +10,11 @@ import dataclasses
 import os
 
 from gnn_dist.config import LinkConfig, ModelConfig
-from gnn_dist.host_memory import readable_bytes
-from gnn_dist.host_plan import plan_host
-from gnn_dist.memory_plan import PlanConfig, plan_part
+from gnn_dist.memory.host import readable_bytes
 from gnn_dist.partition.format import load_meta, part_shapes, verify_part_file
-from gnn_dist.traffic import exchanged_widths, predicted_halo_bytes_per_epoch
+from gnn_dist.plan.host import plan_host
+from gnn_dist.plan.memory import PlanConfig, plan_part
+from gnn_dist.plan.traffic import exchanged_widths, predicted_halo_bytes_per_epoch
 
 FP32_BYTES = 4
 # Above this max/mean of the edges the parts aggregate, an attention model's full-batch training warns: its epoch

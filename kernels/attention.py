@@ -7,7 +7,7 @@ For destination row i, head h and each entry (i, j) of the row:
 
 `source` rows are [x (heads * width) | a_src (heads)]: the one row per node
 that a halo exchange moves. keep() is the attention dropout, keyed by the
-endpoints' original ids (gnn_dist.dropout's hash), so no mask is drawn from a
+endpoints' original ids (gnn_dist.nn.dropout's hash), so no mask is drawn from a
 generator and every P keeps the same entries.
 
 Neither formulation forms an [E x H x C] tensor (PyG's GATConv does): the
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import torch
 
+from gnn_dist.kernels.keyed_random import id_hash, mix32, to_int32, wrap_int32
 from gnn_dist.kernels.native import native_module
 from gnn_dist.kernels.spmm import SparseOperator
-from gnn_dist.keyed_random import id_hash, mix32, to_int32, wrap_int32
 
 NEGATIVE_SLOPE = 0.2  # PyG's GATConv default
 _NO_HASH = torch.zeros(0, dtype=torch.int32)  # host: read only by the native (CPU) kernel, which ignores it

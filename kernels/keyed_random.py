@@ -109,7 +109,7 @@ def edge_scores(key: np.uint64, target_orig: np.ndarray, source_orig: np.ndarray
 
 def fingerprint_words(node_ids: np.ndarray, labels: np.ndarray, degrees: np.ndarray) -> np.ndarray:
     """A 64-bit word per node from its (original id, label, degree): summed over nodes, a graph's fingerprint
-    that any partition of it gives alike (gnn_dist.checkpoint.graph_identity)."""
+    that any partition of it gives alike (gnn_dist.resilience.checkpoint.graph_identity)."""
     with np.errstate(over="ignore"):
         words = node_ids.astype(np.uint64) * _M1
         words ^= labels.astype(np.uint64) * _M2 + degrees.astype(np.uint64)

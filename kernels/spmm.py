@@ -198,7 +198,7 @@ def spmm(op: SparseOperator, x: torch.Tensor, bias: torch.Tensor | None = None) 
 def spmm_into(matrix: torch.Tensor, begin: torch.Tensor, end: torch.Tensor, x: torch.Tensor, out: torch.Tensor,
               col_offset: int = 0, bias: torch.Tensor | None = None, accumulate: bool = False) -> None:
     """out[r] = (or += with accumulate) the sum over matrix's entries k in [begin[r], end[r]) of
-    values[k] * x[col[k] - col_offset] (+ bias); not differentiable (gnn_dist.halo_overlap builds its autograd).
+    values[k] * x[col[k] - col_offset] (+ bias); not differentiable (gnn_dist.halo.overlap builds its autograd).
 
     The ranges select entries of a CSR matrix without copying them: crow[a:b] and crow[a+1:b+1] are rows
     [a, b); a row's owned-column entries alone, or its halo-column ones (whose x is then the halo rows only,

@@ -1,1 +1,4 @@
-"""Graph loading, METIS partitioning and the on-disk partition format."""
+"""Graph loading, METIS partitioning and the on-disk partition format.
+
+May import: comm, memory
+"""

@@ -16,7 +16,7 @@ import sys
 import time
 import traceback
 
-from gnn_dist.rss import peak_rss_bytes
+from gnn_dist.memory.rss import peak_rss_bytes
 
 
 def _fail(command: str, message: str, rank: int = 0) -> int:
@@ -43,7 +43,7 @@ def _report(meta, out: str, seconds: float, peaks: list[int], objective: str = "
 
 
 def cmd_partition(args, argv: list[str]) -> int:
-    from gnn_dist.comm import launcher_rank
+    from gnn_dist.comm.communicator import launcher_rank
     from gnn_dist.partition.datasets import dataset_sizes, load_dataset
     from gnn_dist.partition.format import PartitionFormatError
     from gnn_dist.partition.graph import DatasetError
@@ -112,11 +112,11 @@ def cmd_partition(args, argv: list[str]) -> int:
     if not inside_job and (args.ranks or 1) > 1:
         return _launch(args, argv)
 
-    from gnn_dist.comm import make_world_comm
+    from gnn_dist.comm.communicator import make_world_comm
+    from gnn_dist.comm.simulated_ranks import solo_comm
     from gnn_dist.partition.distributed import ChunkedSource, GraphSource, partition_distributed
     from gnn_dist.partition.scotch import scotch_assign
     from gnn_dist.partition.shuffle import CollectiveError
-    from gnn_dist.simulated_ranks import solo_comm
 
     comm = make_world_comm() if inside_job else solo_comm()
     if args.ranks is not None and args.ranks != comm.size:

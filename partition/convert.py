@@ -15,14 +15,17 @@ import numpy as np
 
 from gnn_dist.partition.chunked import DEFAULT_EDGES_PER_CHUNK, DEFAULT_NODES_PER_CHUNK, ChunkedMeta, ChunkedWriter, write_graph
 from gnn_dist.partition.datasets import (
-    _import_ogb_quietly,
+    OGB_NAMES,
     dataset_kind,
+    import_ogb_quietly,
     load_dataset,
+    need_root,
     ogb_expected_files,
     ogb_meta,
     ogb_split_masks,
 )
 from gnn_dist.partition.graph import DatasetError
+from gnn_dist.partition.registry import register_converter
 from gnn_dist.partition.synthetic import SyntheticDraw
 
 CSV_ROWS = 4_000_000  # rows of a csv.gz read at a time
@@ -68,7 +71,7 @@ def convert_ogb(name: str, root: Path, out, *, seed: int, overwrite: bool, edges
                            edges_per_chunk=edges_per_chunk)
     import pandas as pd
 
-    _import_ogb_quietly()
+    import_ogb_quietly()
     meta = ogb_meta(name)
     base = root / name.replace("-", "_")
     missing = [p for p in ogb_expected_files(name, root) if not p.is_file()]
@@ -93,3 +96,15 @@ def convert_ogb(name: str, root: Path, out, *, seed: int, overwrite: bool, edges
             y = np.where(np.isnan(y), -1, y).astype(np.int64)  # unlabelled nodes carry NaN
             writer.add_nodes(x_frame.values, y, *(mask[start:stop] for mask in masks))
         return writer.finish()
+
+
+def _convert_ogb(name: str):
+    def convert_one(arg, root, out, **options):
+        return convert_ogb(name, need_root(name, root), out, **options)
+    return convert_one
+
+
+# The built-in kinds that stream: a synthetic preset drawn chunk by chunk, OGB's csv files read in pieces.
+register_converter("synthetic", lambda arg, root, out, **options: convert_synthetic(arg, out, **options))
+for _name in OGB_NAMES:
+    register_converter(_name, _convert_ogb(_name))

@@ -14,87 +14,26 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from gnn_dist.partition.chunked import load_chunked, read_meta
 from gnn_dist.partition.graph import DatasetError, Graph, GraphSizes, random_split, symmetrize
-from gnn_dist.partition.synthetic import make_synthetic
+from gnn_dist.partition.registry import (  # noqa: F401 - the registry's API, here where every built-in kind is
+    DatasetKind,
+    dataset_forms,
+    dataset_kind,
+    dataset_sizes,
+    load_dataset,
+    need_root,
+    register_dataset,
+)
+from gnn_dist.partition.synthetic import PRESETS, make_synthetic
 
 PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
 OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
 NPZ_SPLIT = (0.6, 0.2, 0.2)
-
-
-@dataclass(frozen=True)
-class DatasetKind:
-    """What --dataset KIND[:ARG] names: how to load it, and what its source can tell without loading it all.
-
-    load(arg, root, *, seed, download) -> Graph
-    sizes(arg, root) -> GraphSizes | None     the sizes without loading (the partitioner's memory check runs
-                                              before the load); without it, the check runs after the load
-    convert(arg, root, out, *, seed, overwrite, edges_per_chunk, nodes_per_chunk) -> ChunkedMeta
-                                              `gnn-dist convert` streaming the source in chunks; without it,
-                                              convert loads the graph whole and writes it in chunks
-    """
-
-    load: Callable
-    takes_arg: bool
-    form: str
-    sizes: Callable | None = None
-    convert: Callable | None = None
-
-
-_KINDS: dict[str, DatasetKind] = {}
-
-
-def register_dataset(kind: str, form: str, takes_arg: bool = True, sizes: Callable | None = None,
-                     convert: Callable | None = None):
-    """Decorator: `loader(arg, root, *, seed, download) -> Graph` serves --dataset KIND:ARG (or plain KIND when
-    takes_arg is False). `form` is how error messages list it; `sizes` and `convert` as DatasetKind says.
-    docs/extending.md has the recipe."""
-    def register(loader: Callable) -> Callable:
-        _KINDS[kind] = DatasetKind(loader, takes_arg, form, sizes, convert)
-        return loader
-    return register
-
-
-def dataset_forms() -> str:
-    return ", ".join(entry.form for entry in _KINDS.values())
-
-
-def dataset_kind(spec: str) -> tuple[DatasetKind, str | None]:
-    """The registered kind of `spec` and its argument; a DatasetError listing the valid forms otherwise."""
-    kind, colon, arg = spec.partition(":")
-    entry = _KINDS.get(kind)
-    if entry is not None and (bool(arg) if entry.takes_arg else not colon):
-        return entry, (arg if colon else None)
-    raise DatasetError(f"unknown dataset {spec!r}: use one of {dataset_forms()}")
-
-
-def load_dataset(spec: str, root: str | os.PathLike | None = None, *, seed: int = 0,
-                 download: bool = False) -> Graph:
-    """Load the graph named by `spec`; every failure is a DatasetError naming the fix."""
-    entry, arg = dataset_kind(spec)
-    return entry.load(arg, root, seed=seed, download=download)
-
-
-def dataset_sizes(spec: str, root: str | os.PathLike | None = None) -> GraphSizes | None:
-    """The sizes of `spec` without loading it, or None where only loading would tell (or the source is
-    unreadable: its loader then reports that, with its own fix)."""
-    try:
-        entry, arg = dataset_kind(spec)
-        return entry.sizes(arg, root) if entry.sizes is not None else None
-    except Exception:  # noqa: BLE001 - see the docstring
-        return None
-
-
-def _need_root(spec: str, root) -> Path:
-    if root is None:
-        raise DatasetError(f"dataset {spec!r} is read from disk: pass --root DIR (the folder holding it)")
-    return Path(root)
 
 
 def load_planetoid(name: str, root: Path) -> Graph:
@@ -133,7 +72,7 @@ def load_planetoid(name: str, root: Path) -> Graph:
     return graph
 
 
-def _import_ogb_quietly():
+def import_ogb_quietly():
     """Import ogb without its PyPI version check.
 
     `import ogb` starts a non-daemon thread that calls PyPI with no timeout
@@ -157,7 +96,7 @@ def ogb_meta(name: str) -> dict:
     """The row of ogb's master.csv for `name` (directory, split, binary, url...)."""
     import pandas as pd
 
-    _, nodeproppred = _import_ogb_quietly()
+    _, nodeproppred = import_ogb_quietly()
     master = pd.read_csv(Path(nodeproppred.__file__).parent / "master.csv", index_col=0, keep_default_na=False)
     return dict(master[name])
 
@@ -198,7 +137,7 @@ def load_ogb(name: str, root: Path, *, download: bool = False) -> Graph:
     """
     import pandas as pd
 
-    raw_readers, _ = _import_ogb_quietly()
+    raw_readers, _ = import_ogb_quietly()
     meta = ogb_meta(name)
     base = root / name.replace("-", "_")
     cache = base / "gnn_dist_cache.npz"
@@ -329,8 +268,6 @@ def _graph_from_npz(path: Path, name: str, *, seed: int, split_required: bool) -
 
 
 def _synthetic_sizes(arg, root) -> GraphSizes | None:
-    from gnn_dist.partition.synthetic import PRESETS
-
     preset = PRESETS.get(arg)
     return GraphSizes(preset.num_nodes, preset.num_features, preset.num_directed_edges) if preset else None
 
@@ -348,24 +285,8 @@ def _npz_sizes(arg, root) -> GraphSizes:
 
 
 def _chunked_sizes(arg, root) -> GraphSizes:
-    from gnn_dist.partition.chunked import read_meta
-
     meta = read_meta(arg)
     return GraphSizes(meta.num_nodes, meta.num_features, meta.num_input_edges)
-
-
-def _convert_synthetic(arg, root, out, **options):
-    from gnn_dist.partition.convert import convert_synthetic
-
-    return convert_synthetic(arg, out, **options)
-
-
-def _convert_ogb(name: str):
-    def convert(arg, root, out, **options):
-        from gnn_dist.partition.convert import convert_ogb
-
-        return convert_ogb(name, _need_root(name, root), out, **options)
-    return convert
 
 
 def _already_chunked(arg, root, out, **options):
@@ -373,21 +294,20 @@ def _already_chunked(arg, root, out, **options):
 
 
 # The built-in datasets, in the order error messages list them.
-register_dataset("synthetic", "synthetic:tiny|small|weak|sbm60k|arxiv|medium|large|products", sizes=_synthetic_sizes,
-                 convert=_convert_synthetic)(lambda arg, root, *, seed, download: make_synthetic(arg, seed))
+register_dataset("synthetic", "synthetic:tiny|small|weak|sbm60k|arxiv|medium|large|products",
+                 sizes=_synthetic_sizes)(lambda arg, root, *, seed, download: make_synthetic(arg, seed))
 register_dataset("planetoid", "planetoid:Cora|CiteSeer|PubMed")(
-    lambda arg, root, *, seed, download: load_planetoid(arg, _need_root(f"planetoid:{arg}", root)))
+    lambda arg, root, *, seed, download: load_planetoid(arg, need_root(f"planetoid:{arg}", root)))
 for _name in OGB_NAMES:
-    register_dataset(_name, _name, takes_arg=False, convert=_convert_ogb(_name))(
-        lambda arg, root, *, seed, download, _name=_name: load_ogb(_name, _need_root(_name, root), download=download))
+    register_dataset(_name, _name, takes_arg=False)(
+        lambda arg, root, *, seed, download, _name=_name: load_ogb(_name, need_root(_name, root), download=download))
 register_dataset("npz", "npz:PATH", sizes=_npz_sizes)(lambda arg, root, *, seed, download: load_npz(arg, seed=seed))
 
 
 @register_dataset("chunked", "chunked:DIR", sizes=_chunked_sizes, convert=_already_chunked)
 def _load_chunked(arg, root, *, seed, download) -> Graph:
-    from gnn_dist.partition.chunked import load_chunked  # chunked imports this module
-
     return load_chunked(arg)
 
 
-from gnn_dist.partition import ogb_link  # noqa: E402, F401 - registers ogbl-* (it imports this module's registry)
+# ogbl-* after the node datasets: error messages list the kinds in registration order
+from gnn_dist.partition import ogb_link  # noqa: E402, F401

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gnn_dist.memory.rss import release_free_heap, return_large_blocks_on_free
 from gnn_dist.partition import chunked
 from gnn_dist.partition.build import part_stats
 from gnn_dist.partition.format import (
@@ -42,7 +43,6 @@ from gnn_dist.partition.graph import Graph, sorted_distinct_keys
 from gnn_dist.partition.metis import PartitionError, check_num_parts, locality_blocks_of_part
 from gnn_dist.partition.partitioner import DEFAULT_LOCALITY_BLOCK
 from gnn_dist.partition.shuffle import agree, allreduce_array, exchange, group_by
-from gnn_dist.rss import release_free_heap, return_large_blocks_on_free
 
 EDGES_PER_ROUND = 2_000_000  # 16 MB of each edge-sized buffer per exchange round
 # assigner(comm, vtxdist, indptr, adjacency, num_parts, seed) -> part of each local node (int64)
@@ -166,7 +166,7 @@ def partition_distributed(comm, source, num_parts: int, out: str | os.PathLike, 
             tmp.mkdir(parents=True)
 
     agree(comm, make_tmp)
-    # big arrays get their own mmap, so freeing one returns it at once (gnn_dist.rss)
+    # big arrays get their own mmap, so freeing one returns it at once (gnn_dist.memory.rss)
     return_large_blocks_on_free()
     try:
         indptr, adjacency = symmetric_csr_slice(comm, source, vtxdist)

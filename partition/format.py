@@ -96,7 +96,7 @@ class PartitionMeta:
     task: str = "node"        # what the part files hold data for: node (labels and masks) or link (edge splits)
     link: dict | None = None  # --task link: {edge_split, train, val, test, mrr_negatives, source}
     # non-zero fraction of the input features (None: not recorded); mostly-zero features get a sparse first
-    # layer (gnn_dist.sparse_features)
+    # layer (gnn_dist.nn.sparse_features)
     feature_density: float | None = None
 
     @property
@@ -318,7 +318,7 @@ def load_node_map(directory: str | os.PathLike) -> np.ndarray:
 
 @dataclass(frozen=True)
 class LinkShape:
-    """A --task link part's pair counts (gnn_dist.memory_plan prices what link training holds)."""
+    """A --task link part's pair counts (gnn_dist.plan.memory prices what link training holds)."""
 
     train: int
     val: int
@@ -340,7 +340,7 @@ def link_shape(arrays, meta) -> LinkShape | None:
 
 @dataclass(frozen=True)
 class PartShape:
-    """The statistics of one part that its memory depends on (gnn_dist.memory_plan)."""
+    """The statistics of one part that its memory depends on (gnn_dist.plan.memory)."""
 
     owned: int
     halo: int

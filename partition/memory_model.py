@@ -3,7 +3,7 @@
 Calibrated on the peak RSS per rank that `gnn-dist partition` prints
 (benchmarks/results/distributed-partition-synthetic-large.md, and pymetis's
 17.8 GiB on synthetic:products). The model is linear: one gnn-dist process
-(gnn_dist.host_memory.PROCESS_BYTES), bytes per stored input edge and per
+(gnn_dist.memory.host.PROCESS_BYTES), bytes per stored input edge and per
 byte of node data. The input's sizes come from its dataset kind before
 loading (gnn_dist.partition.datasets.dataset_sizes) where its source tells.
 
@@ -14,7 +14,7 @@ is; 32-bit Scotch, used whenever the graph fits, about halves Scotch's share.
 """
 from __future__ import annotations
 
-from gnn_dist.host_memory import PROCESS_BYTES, budget_refusal
+from gnn_dist.memory.host import PROCESS_BYTES, budget_refusal
 from gnn_dist.partition.graph import GraphSizes
 
 # per input edge as stored (one direction; duplicates and loops included), and per byte of node data
@@ -45,7 +45,7 @@ def predicted_peak(shape: GraphSizes, method: str, ranks: int = 1) -> int:
 
 
 def refusal(shape: GraphSizes | None, method: str, ranks: int, ranks_on_host: int, limit: int | None) -> str | None:
-    """One line saying why this partition job would not fit (gnn_dist.host_memory's rule), or None."""
+    """One line saying why this partition job would not fit (gnn_dist.memory.host's rule), or None."""
     if shape is None:
         return None
     if method == "ptscotch":

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gnn_dist.partition.datasets import _need_root, register_dataset
 from gnn_dist.partition.graph import DatasetError, Graph
 from gnn_dist.partition.link_split import LinkSplit, with_edges
+from gnn_dist.partition.registry import need_root, register_dataset
 
 # name -> (folder, split folder, directed positives: citation2's are source -> target)
 OGBL = {"ogbl-collab": ("ogbl_collab", "time", False), "ogbl-ppa": ("ogbl_ppa", "throughput", False),
@@ -114,4 +114,4 @@ def load_ogbl(name: str, root: Path) -> Graph:
 
 for _name in OGBL:
     register_dataset(_name, _name, takes_arg=False)(
-        lambda arg, root, *, seed, download, _name=_name: load_ogbl(_name, _need_root(_name, root)))
+        lambda arg, root, *, seed, download, _name=_name: load_ogbl(_name, need_root(_name, root)))

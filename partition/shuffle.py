@@ -1,4 +1,4 @@
-"""Variable-sized all-to-all of numpy rows over gnn_dist.comm's interface, and collective error agreement.
+"""Variable-sized all-to-all of numpy rows over gnn_dist.comm.communicator's interface, and collective error agreement.
 
 The distributed partitioner moves edges, node rows and id lists between ranks
 with `exchange`; `agree` makes a failure on one rank (a bad chunk, a part that
@@ -13,7 +13,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from gnn_dist.comm import exchange_rows, first_failure
+from gnn_dist.comm.communicator import exchange_rows, first_failure
 from gnn_dist.partition.graph import DatasetError
 from gnn_dist.partition.metis import PartitionError
 

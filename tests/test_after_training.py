@@ -95,8 +95,8 @@ assert not any(name.startswith("gnn_dist") for name in sys.modules)
 
 @pytest.mark.mpi
 def test_embed_chunks_do_not_change_the_file_and_stay_under_the_plan(trained, partitioned, tmp_path):
-    from gnn_dist.memory_plan import PlanConfig, plan_phases
     from gnn_dist.partition.format import load_meta, part_shapes
+    from gnn_dist.plan.memory import PlanConfig, plan_phases
 
     root, _ = trained
     parts = partitioned("synthetic:tiny", 2)

@@ -21,13 +21,13 @@ FACTORIES = {"zeros", "ones", "empty", "full", "arange", "rand", "randn", "randi
              "linspace", "as_tensor"}
 # Modules that build host data only: what they make never meets a device tensor without an explicit move.
 HOST_ONLY = {
-    "gnn_dist/sampler.py",            # sampling stays on the host (its keyed draw is the CPU kernel)
-    "gnn_dist/feature_store.py",      # sampled mode serves features from the host; each batch then moves
+    "gnn_dist/graph/sampler.py",            # sampling stays on the host (its keyed draw is the CPU kernel)
+    "gnn_dist/graph/feature_store.py",      # sampled mode serves features from the host; each batch then moves
     "gnn_dist/partition",             # partitioning and the on-disk format
-    "gnn_dist/memory_plan.py",        # arithmetic on shapes
-    "gnn_dist/comm.py",               # MPI metadata (counts) and host buffers
-    "gnn_dist/simulated_ranks.py",    # simulated ranks: host threads
-    "gnn_dist/staging.py",            # host staging buffers, by definition
+    "gnn_dist/plan/memory.py",        # arithmetic on shapes
+    "gnn_dist/comm/communicator.py",               # MPI metadata (counts) and host buffers
+    "gnn_dist/comm/simulated_ranks.py",    # simulated ranks: host threads
+    "gnn_dist/comm/staging.py",            # host staging buffers, by definition
     "gnn_dist/link/metrics.py",       # OGB's evaluator takes host tensors
     "gnn_dist/export.py",             # writes files
     "gnn_dist/embed.py",              # writes files

@@ -15,13 +15,13 @@ import sys
 import numpy as np
 import pytest
 
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.partition.chunked import load_chunked, read_meta, write_graph
 from gnn_dist.partition.convert import convert
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.distributed import ChunkedSource, partition_distributed
 from gnn_dist.partition.format import load_meta
 from gnn_dist.partition.graph import DatasetError
-from gnn_dist.simulated_ranks import run_fake_ranks
 from tests.conftest import run_cli, run_mpi
 from tests.test_datasets import write_tiny_ogbn_arxiv
 from tests.test_partition import check_round_trip

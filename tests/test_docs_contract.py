@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.config import ModelConfig, SampledConfig, TrainConfig
 from gnn_dist.context import RankContext
-from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def test_metrics_md_lists_exactly_the_keys_a_run_writes(records):
 
 
 def test_checkpoints_md_lists_what_a_resume_compares():
-    from gnn_dist.checkpoint import RESUME_MUST_MATCH
+    from gnn_dist.resilience.checkpoint import RESUME_MUST_MATCH
 
     text = (ROOT / "docs" / "checkpoints.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith("| `--model`"))
@@ -117,7 +117,7 @@ def _is_placeholder(word: str) -> bool:
 def _parsers():
     from gnn_dist.benchmarks.harness import build_parser as bench_parser
     from gnn_dist.cli import build_parser
-    from gnn_dist.supervise import build_parser as supervise_parser
+    from gnn_dist.resilience.supervise import build_parser as supervise_parser
 
     main = build_parser()
     subparsers = next(a for a in main._actions if a.dest == "command").choices

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnn_dist.dropout import keep_mask, keyed_dropout
-from gnn_dist.keyed_random import mix32, mix32_reference, stream_key, wrap_int32
+from gnn_dist.kernels.keyed_random import mix32, mix32_reference, stream_key, wrap_int32
+from gnn_dist.nn.dropout import keep_mask, keyed_dropout
 
 
 def test_hash_matches_python_reference():
@@ -39,7 +39,7 @@ def test_keep_rate_and_scaling():
 @pytest.mark.parametrize("width", [1, 8, 37, 300])
 def test_native_and_torch_paths_draw_the_same_masks(monkeypatch, width):
     import gnn_dist.kernels.native as native
-    from gnn_dist import dropout
+    from gnn_dist.nn import dropout
 
     ids = torch.randperm(3000)
     x = torch.randn(3000, width, requires_grad=True)

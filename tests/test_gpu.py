@@ -88,7 +88,7 @@ PLAN_REPORT_ENV = "GNN_DIST_GPU_PLAN_REPORT"  # scripts/gpu_check.sh: where to w
 
 @pytest.mark.parametrize("num_parts", [1, 2])
 def test_the_device_plan_predicts_the_gpu_peak(partitioned, tmp_path, num_parts):
-    """The memory plan's device peak (gnn_dist.memory_plan with device cuda) within 15% of what torch's
+    """The memory plan's device peak (gnn_dist.plan.memory with device cuda) within 15% of what torch's
     allocator reports (torch.cuda.max_memory_allocated), per rank, for GCN 3x256 and GAT 3 x 4 heads x 64 on
     the 60k-node SBM; the host's plan is checked by the CPU suite."""
     parts = partitioned("synthetic:sbm60k", num_parts)

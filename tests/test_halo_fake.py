@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from gnn_dist import halo_overlap
-from gnn_dist.comm import CommWrapper, Pending
+from gnn_dist.comm.communicator import CommWrapper, Pending
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext, SetupError
-from gnn_dist.halo import HaloExchanger, HaloPlan
+from gnn_dist.halo import overlap as halo_overlap
+from gnn_dist.halo.exchange import HaloExchanger
+from gnn_dist.halo.plan import HaloPlan
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_part
-from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup
 from tests.reference import reference_logits_and_grads
 
@@ -180,7 +181,7 @@ CASES = [
 @pytest.mark.parametrize("num_parts, overlap", [(1, "1"), (3, "1"), (3, "0")])  # one rank exchanges nothing
 def test_distributed_model_equals_pyg_on_the_whole_graph(partitioned, monkeypatch, model, hidden, num_layers,
                                                          batch_norm, num_parts, overlap):
-    monkeypatch.setenv(halo_overlap.OVERLAP_ENV, overlap)  # on: gnn_dist.halo_overlap; off: the blocking exchange
+    monkeypatch.setenv(halo_overlap.OVERLAP_ENV, overlap)  # on: gnn_dist.halo.overlap; off: the blocking exchange
     directory = partitioned("synthetic:tiny", num_parts)
     config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=3,
                          model=ModelConfig(model=model, hidden=hidden, num_layers=num_layers, dropout=0.0,

@@ -1,4 +1,4 @@
-"""The same-host exchange through shared memory (gnn_dist.halo_shared), on simulated ranks."""
+"""The same-host exchange through shared memory (gnn_dist.halo.shared), on simulated ranks."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,15 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from gnn_dist import halo_overlap, halo_shared
-from gnn_dist.comm import CommWrapper, Pending, SharedMemory
+from gnn_dist.comm.communicator import CommWrapper, Pending, SharedMemory
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext
-from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.halo_shared import SharedHalo
+from gnn_dist.halo import overlap as halo_overlap
+from gnn_dist.halo import shared as halo_shared
+from gnn_dist.halo.exchange import HaloExchanger
+from gnn_dist.halo.plan import HaloPlan
+from gnn_dist.halo.shared import SharedHalo
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.partition.format import load_part
-from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup
 from tests.test_halo_fake import edge_weight, node_values, setup_refusals_when_ranks_see_it_differently
 

@@ -1,9 +1,9 @@
-"""gnn_dist.hosts: the hosts file, the probe, and where a shrinking supervisor puts its ranks."""
+"""gnn_dist.comm.hosts: the hosts file, the probe, and where a shrinking supervisor puts its ranks."""
 from __future__ import annotations
 
 import pytest
 
-from gnn_dist.hosts import (
+from gnn_dist.comm.hosts import (
     Host,
     answering,
     hydra_hosts,

@@ -167,7 +167,7 @@ def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_fresh_one_kept(tmp
 @pytest.mark.parametrize("at", [0, 13, 40])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_owned_and_halo_entry_ranges_recompose_the_dense_product_and_its_transpose(at, dtype):
-    from gnn_dist.halo_overlap import OwnedHaloSplit
+    from gnn_dist.halo.overlap import OwnedHaloSplit
     from gnn_dist.kernels.spmm import spmm_into
 
     op, dense = random_operator(30, 40, 0.25, dtype, seed=at, empty_rows=(4, 11))
@@ -191,7 +191,7 @@ def test_owned_and_halo_entry_ranges_recompose_the_dense_product_and_its_transpo
 
 
 def test_an_operator_whose_rows_are_not_sorted_by_column_cannot_be_split():
-    from gnn_dist.halo_overlap import OwnedHaloSplit
+    from gnn_dist.halo.overlap import OwnedHaloSplit
     from gnn_dist.kernels.spmm import _csr_tensor
 
     crow, cols = torch.tensor([0, 2, 3]), torch.tensor([3, 0, 1])  # row 0 lists its halo column 3 first

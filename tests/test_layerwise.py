@@ -13,13 +13,13 @@ import pytest
 import torch
 
 import gnn_dist.kernels.spmm as spmm_module
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.config import ModelConfig, SampledConfig, TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_part
-from gnn_dist.simulated_ranks import run_fake_ranks
+from gnn_dist.steps.evaluation import accuracies
 from gnn_dist.training import run_epochs, setup
-from gnn_dist.training.evaluation import accuracies
 from tests.conftest import run_mpi
 from tests.reference import pyg_with_our_parameters
 
@@ -170,7 +170,7 @@ def test_only_full_batch_mode_builds_the_whole_part_operator(partitioned, monkey
 
 PHASES_PROBE = """
 import json, time, torch
-from gnn_dist.rss import PhasePeaks, current_rss_bytes
+from gnn_dist.memory.rss import PhasePeaks, current_rss_bytes
 mib = 2**20
 torch.ones(1)  # torch's own start-up allocations happen before the tracker starts
 peaks = PhasePeaks("quiet", interval_s=0.005)

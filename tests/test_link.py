@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.config import LinkConfig, ModelConfig, SampledConfig, TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.link.metrics import auc, hits_at_k, reciprocal_ranks
@@ -16,7 +17,6 @@ from gnn_dist.link.negatives import negative_destinations, negative_sources
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_meta, load_node_map, load_part
 from gnn_dist.partition.partitioner import partition_graph
-from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup, train
 from tests.conftest import run_cli, run_mpi
 from tests.reference import pyg_with_our_parameters

@@ -1,4 +1,4 @@
-"""The ring watch that names a lost rank (gnn_dist.peers), across real processes and real sockets, without a
+"""The ring watch that names a lost rank (gnn_dist.comm.peers), across real processes and real sockets, without a
 launcher: under mpiexec the launcher races the survivors to the teardown (tests/test_cluster.py), so the naming
 itself is pinned here, where nothing kills the survivors.
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RANK = r"""
 import json, os, sys, time
 from pathlib import Path
-from gnn_dist.peers import PeerMonitor
+from gnn_dist.comm.peers import PeerMonitor
 
 class FileComm:
     def __init__(self, rank, size, folder):

@@ -1,4 +1,4 @@
-"""The memory planner (gnn_dist.memory_plan) against counts made by hand, and train's refusal to start."""
+"""The memory planner (gnn_dist.plan.memory) against counts made by hand, and train's refusal to start."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,11 +7,11 @@ import json
 import pytest
 
 from gnn_dist.config import ModelConfig
-from gnn_dist.halo_overlap import OVERLAP_ENV
-from gnn_dist.host_memory import PROCESS_BYTES, RankMemory, memory_refusal
-from gnn_dist.host_plan import plan_host, staging_pool_bytes
-from gnn_dist.memory_plan import SETUP_BYTES_PER_ENTRY, PlanConfig, plan_part, plan_phases
+from gnn_dist.halo.overlap import OVERLAP_ENV
+from gnn_dist.memory.host import PROCESS_BYTES, RankMemory, memory_refusal
 from gnn_dist.partition.format import load_meta, load_part, part_shapes
+from gnn_dist.plan.host import plan_host, staging_pool_bytes
+from gnn_dist.plan.memory import SETUP_BYTES_PER_ENTRY, PlanConfig, plan_part, plan_phases
 from tests.conftest import run_cli, run_mpi
 
 GIB = 2**30
@@ -48,7 +48,7 @@ def test_training_peak_equals_a_count_by_hand(partitioned, monkeypatch, halo_mem
     held = PROCESS_BYTES + (n + h) * F * f + nnz * 16 + (2 * n + h + 2) * 4 + n * 27 + h * 24 + S * 24 \
         + params * f * 5
     if halo_memory == "resident" and overlap == "1" and shared:
-        # through shared memory (gnn_dist.halo_shared): the rank's slot and the pages of its peers' slots it
+        # through shared memory (gnn_dist.halo.shared): the rank's slot and the pages of its peers' slots it
         # reads, nothing of the halo's own
         held += 2 * max(S, h) * C * f
         halo_rows = halo_grad = 0
@@ -56,7 +56,7 @@ def test_training_peak_equals_a_count_by_hand(partitioned, monkeypatch, halo_mem
         layer0 = first_input + n * F * f + n * H * f
     elif halo_memory == "resident":
         held += 2 * S * C * f  # the exchanger keeps the send rows and returned gradients of the one exchanged width
-        # overlapped (gnn_dist.halo_overlap): the halo's rows and their gradients alone; else [owned | halo]
+        # overlapped (gnn_dist.halo.overlap): the halo's rows and their gradients alone; else [owned | halo]
         halo_rows = halo_grad = (h if overlap == "1" else n + h) * C * f
         first_input = (n + h) * F * f
         layer0 = first_input + n * F * f + n * H * f         # dropped [owned | halo] inputs, aggregation, output
@@ -80,11 +80,11 @@ def test_training_peak_equals_a_count_by_hand(partitioned, monkeypatch, halo_mem
 @pytest.mark.parametrize("overlap, shared", [("1", False), ("0", False), ("1", True)])
 def test_an_overlapped_exchange_is_planned_with_the_halos_rows_and_gradients_alone(partitioned, monkeypatch,
                                                                                   overlap, shared):
-    """GCN 16 -> 64 -> 64 -> 4: layers 1 and 2 exchange 64 and 4 columns. Overlapped (gnn_dist.halo_overlap) their
+    """GCN 16 -> 64 -> 64 -> 4: layers 1 and 2 exchange 64 and 4 columns. Overlapped (gnn_dist.halo.overlap) their
     training forward holds h received rows and their backward h rows of gradient; blocking, n + h of each;
-    through shared memory (gnn_dist.halo_shared) none: they lie in the slots, held for the run. Evaluation
+    through shared memory (gnn_dist.halo.shared) none: they lie in the slots, held for the run. Evaluation
     (layer-wise) is planned alike either way."""
-    import gnn_dist.memory_plan as memory_plan
+    import gnn_dist.plan.memory as memory_plan
 
     monkeypatch.setenv(OVERLAP_ENV, overlap)
     directory, shape, meta = _tiny_shape(partitioned)

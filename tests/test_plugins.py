@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gnn_dist.config import ModelConfig, TrainConfig
-from gnn_dist.memory_plan import PlanConfig, plan_phases
 from gnn_dist.partition.format import load_meta, load_part, part_shapes
+from gnn_dist.plan.memory import PlanConfig, plan_phases
 from tests.conftest import run_cli, run_mpi
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"

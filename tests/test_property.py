@@ -8,11 +8,11 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.partition.graph import Graph, random_split, symmetrize
 from gnn_dist.partition.partitioner import partition_graph
-from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup
 
 

@@ -147,7 +147,7 @@ def test_watchdog_names_the_stalled_step(partitioned):
 
 WATCHDOG_PROBE = """
 import sys, time
-from gnn_dist.watchdog import Watchdog
+from gnn_dist.resilience.watchdog import Watchdog
 
 def abort(code):
     print("aborted", flush=True)
@@ -276,7 +276,7 @@ def test_unknown_dataset_and_missing_files_from_the_cli(tmp_path):
 def test_timeout_auto_fits_the_limit_to_the_steps_seen(monkeypatch):
     """--timeout auto: 600 s through set-up and a phase's first round; then 20 x the longest quiet gap of the
     phase, at least 60 s in training and 300 s in evaluation."""
-    import gnn_dist.watchdog as watchdog
+    import gnn_dist.resilience.watchdog as watchdog
 
     clock = [0.0]
     monkeypatch.setattr(watchdog.time, "monotonic", lambda: clock[0])
@@ -323,3 +323,49 @@ def test_timeout_auto_fits_the_limit_to_the_steps_seen(monkeypatch):
     fixed = watchdog.Watchdog(45, rank=0, abort=lambda code: None, poll=3600)
     assert fixed.limit() == 45
     fixed.stop()
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ec388d8"
+
+
+# Written by commit ec388d8 (before the runtime was grouped into subpackages; tests/fixtures/ec388d8 holds the
+# partition it trained on, its checkpoint at epoch 4 and its metrics): the options of each run.
+OLD_RUNS = {"checkpoint-gcn": ["--hidden", "8"],
+            "checkpoint-gat-stale": ["--model", "gat", "--heads", "2", "--hidden", "4", "--schedule", "stale:3"]}
+
+
+@pytest.mark.parametrize("run", sorted(OLD_RUNS))
+def test_a_checkpoint_written_before_the_layout_moved_resumes_on_the_uninterrupted_curve(tmp_path, run):
+    # The same partition, so each rank's own state (stale's cached halos) comes back too; a run of today's code
+    # from epoch 0 is the curve the resumed one must follow.
+    parts = tmp_path / "parts"
+    shutil.copytree(FIXTURES / "parts-tiny-2", parts)
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(FIXTURES / run, ckpt, ignore=shutil.ignore_patterns("metrics.jsonl"))
+    common = ["--epochs", "8", "--checkpoint-every", "4", *OLD_RUNS[run]]
+    whole, resumed = tmp_path / "whole.jsonl", tmp_path / "resumed.jsonl"
+    assert train(2, parts, *common, "--metrics-out", str(whole)).returncode == 0
+    resume_and_prove_the_start(parts, [*common, "--checkpoint-dir", str(ckpt)], resumed, 4)
+    a, b = losses(whole), losses(resumed)
+    assert len(a) == len(b) == 8
+    for x, y in zip(a[4:], b[4:]):
+        assert abs(x - y) <= 1e-5 * abs(x)
+    # and the epochs before the checkpoint are those the old code trained (the move changed no arithmetic)
+    for x, y in zip(a[:4], losses(FIXTURES / run / "metrics.jsonl")):
+        assert abs(x - y) <= 1e-5 * abs(x)
+
+
+def test_a_checkpoint_written_before_the_layout_moved_resumes_at_another_rank_count(partitioned, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(FIXTURES / "checkpoint-gcn", ckpt, ignore=shutil.ignore_patterns("metrics.jsonl"))
+    parts = partitioned("synthetic:tiny", 1)
+    common = ["--epochs", "8", "--hidden", "8"]
+    whole, resumed = tmp_path / "whole.jsonl", tmp_path / "resumed.jsonl"
+    assert run_mpi(1, "train", "--parts", str(parts), "--no-progress", *common, "--metrics-out", str(whole)
+                   ).returncode == 0
+    done = run_mpi(1, "train", "--parts", str(parts), "--no-progress", *common, "--checkpoint-dir", str(ckpt),
+                   "--resume", "--metrics-out", str(resumed))
+    assert done.returncode == 0, done.stderr
+    assert final_record(resumed)["resumed_from_epoch"] == 4
+    for x, y in zip(losses(whole)[4:], losses(resumed)[4:], strict=True):
+        assert abs(x - y) <= 1e-5 * abs(x)

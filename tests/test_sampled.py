@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from gnn_dist import feature_store
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.config import ModelConfig, SampledConfig, TrainConfig
 from gnn_dist.context import RankContext
-from gnn_dist.feature_store import FeatureStore
+from gnn_dist.graph import feature_store
+from gnn_dist.graph.feature_store import FeatureStore
+from gnn_dist.graph.sampler import DistributedSampler, relabel_hop, sample_key
 from gnn_dist.kernels.native import native_module
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_node_map, load_part
-from gnn_dist.sampler import DistributedSampler, relabel_hop, sample_key
-from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup
 from tests.conftest import run_cli, run_mpi
 
@@ -281,9 +281,9 @@ def pyg_block_logits(model: str, params: dict, x_src: torch.Tensor, blocks, labe
 def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model):
     import torch.nn.functional as F
 
-    from gnn_dist.keyed_random import sampled_stream_key
-    from gnn_dist.layer_stack import forward_blocks
+    from gnn_dist.kernels.keyed_random import sampled_stream_key
     from gnn_dist.models import model_class
+    from gnn_dist.steps.layer_stack import forward_blocks
 
     graph = load_dataset("synthetic:small")
     directory = partitioned("synthetic:small", 2)

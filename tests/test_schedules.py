@@ -4,10 +4,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnn_dist.codec import make_codec
+from gnn_dist.comm.codec import make_codec
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext
-from gnn_dist.halo import HaloExchanger, HaloPlan
+from gnn_dist.halo.exchange import HaloExchanger
+from gnn_dist.halo.plan import HaloPlan
 from gnn_dist.partition.format import load_part
 from gnn_dist.schedules import parse_schedule, schedule_for_model
 from gnn_dist.schedules.adaptive import AdaptiveSchedule
@@ -15,7 +17,6 @@ from gnn_dist.schedules.bns import BoundarySamplingSchedule
 from gnn_dist.schedules.exact import ExactSchedule
 from gnn_dist.schedules.pipeline import PipelineSchedule
 from gnn_dist.schedules.stale import StaleSchedule
-from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup
 
 

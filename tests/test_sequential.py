@@ -5,10 +5,10 @@ import dataclasses
 
 import pytest
 
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.partition.datasets import load_dataset
-from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import run_epochs, setup
 from tests.conftest import run_mpi
 from tests.test_halo_fake import CASES, assert_equal_to_pyg, one_step_on_every_rank

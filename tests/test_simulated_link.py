@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from gnn_dist.comm.simulated_link import LinkModel, ModelledLinkComm
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.config import ModelConfig, TrainConfig
 from gnn_dist.context import RankContext
-from gnn_dist.simulated_link import LinkModel, ModelledLinkComm
-from gnn_dist.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup, train
 
 LINK = LinkModel(gbps=0.1, latency_us=2000)  # 12.5 MB/s and 2 ms: slow enough to measure on a busy host

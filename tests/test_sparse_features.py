@@ -1,4 +1,4 @@
-"""The sparse first layer (gnn_dist.sparse_features): mostly-zero input features multiply from a CSR copy, with
+"""The sparse first layer (gnn_dist.nn.sparse_features): mostly-zero input features multiply from a CSR copy, with
 PyG's logits, loss and gradients on the whole graph; input dropout drawn on the copy's non-zeros equals the
 dense dropped-out product; only where the first layer is handed the features themselves; and the memory plan
 counts the copy."""
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from gnn_dist import sparse_features
 from gnn_dist.config import ModelConfig, TrainConfig
-from gnn_dist.memory_plan import plan_config_of, plan_phases
+from gnn_dist.nn import sparse_features
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_meta, part_shapes
 from gnn_dist.partition.partitioner import partition_graph
+from gnn_dist.plan.memory import plan_config_of, plan_phases
 from tests.test_halo_fake import assert_equal_to_pyg, one_step_on_every_rank
 
 
@@ -86,9 +86,9 @@ def test_no_copy_where_the_first_layer_is_not_handed_the_features_themselves(tmp
 
 
 def test_dropping_out_the_copy_equals_the_keyed_mask_on_the_dense_features():
-    """dropped_out against keep_mask, drawn on the whole dense matrix (gnn_dist.dropout's independent torch
+    """dropped_out against keep_mask, drawn on the whole dense matrix (gnn_dist.nn.dropout's independent torch
     formulation): kept entries scaled, dropped ones zero, the transpose the same matrix transposed."""
-    from gnn_dist.dropout import keep_mask
+    from gnn_dist.nn.dropout import keep_mask
 
     x = torch.from_numpy(bag_of_words_tiny().x)
     row_ids = torch.randperm(10_000)[:x.shape[0]]  # original ids: not the row numbers
@@ -145,8 +145,8 @@ def test_the_memory_plan_counts_the_copy(tmp_path):
 def test_layerwise_evaluation_takes_the_dense_path_and_agrees(tmp_path, copies_made):
     """Evaluation hands the first layer slices of the features (owned rows, halo rows, chunk by chunk): they must
     take the dense product, and the logits equal the full forward's, which took the sparse one."""
+    from gnn_dist.comm.simulated_ranks import run_fake_ranks
     from gnn_dist.context import RankContext
-    from gnn_dist.simulated_ranks import run_fake_ranks
     from gnn_dist.training import setup
 
     partition_graph(bag_of_words_tiny(), 2, tmp_path / "p")

@@ -1,6 +1,6 @@
 """The device path's pieces that a machine without a GPU can run (issue 30).
 
-- Staging (gnn_dist.staging): GNN_DIST_STAGING=always sends host tensors through separate host buffers, the
+- Staging (gnn_dist.comm.staging): GNN_DIST_STAGING=always sends host tensors through separate host buffers, the
   path device tensors take, so the copy-in, the copy-back at wait() and the buffer reuse are exercised here;
   the reference is the same exchange or run without staging (what MPI itself delivers).
 - The CPU path is untouched: no wrapper, no copies.
@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 import torch
 
-from gnn_dist.comm import Comm
+from gnn_dist.comm.communicator import Comm
+from gnn_dist.comm.simulated_ranks import run_fake_ranks, solo_comm
+from gnn_dist.comm.staging import GROWTH, STAGING_ENV, BatchMover, StagedComm
 from gnn_dist.config import ModelConfig
 from gnn_dist.device import HOST, device_comm, rank_device
-from gnn_dist.host_plan import staging_pool_bytes
 from gnn_dist.kernels.native import native_module
-from gnn_dist.memory_plan import PlanConfig
 from gnn_dist.partition.format import load_meta, part_shapes
-from gnn_dist.simulated_ranks import run_fake_ranks, solo_comm
-from gnn_dist.staging import GROWTH, STAGING_ENV, BatchMover, StagedComm
+from gnn_dist.plan.host import staging_pool_bytes
+from gnn_dist.plan.memory import PlanConfig
 from tests.conftest import train_many
 
 
@@ -205,7 +205,7 @@ def test_a_staged_run_is_bit_identical_to_an_unstaged_one(partitioned, tmp_path,
         assert plain == staged, (config, plain, staged)
         assert plain[0][-1] < plain[0][0], config  # the loss moved: equal curves of a stalled run prove little
     # The host buffers the staged runs held, against the memory plan's bound for a GPU rank's pinned pool
-    # (gnn_dist.memory_plan.staging_pool_bytes); the unstaged runs hold none.
+    # (gnn_dist.plan.memory.staging_pool_bytes); the unstaged runs hold none.
     meta, shapes = load_meta(parts), part_shapes(parts)
     for k, config in enumerate(configs):
         plain_final = json.loads((tmp_path / f"plain-{k}.jsonl").read_text().splitlines()[-1])

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnn_dist.checkpoint import graph_identity
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.partition.format import load_meta, load_part
-from gnn_dist.simulated_ranks import run_fake_ranks
+from gnn_dist.resilience.checkpoint import graph_identity
 from tests.conftest import MPIEXEC, run_mpi
 from tests.test_resilience import final_record, losses, train
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnn_dist.dropout import keep_mask, keyed_dropout
 from gnn_dist.kernels.native import native_module
+from gnn_dist.nn.dropout import keep_mask, keyed_dropout
 from tests.test_gat import test_distributed_gat_equals_pyg_on_the_whole_graph  # noqa: F401
 from tests.test_halo_fake import test_distributed_model_equals_pyg_on_the_whole_graph  # noqa: F401
 from tests.test_sampled import test_a_sampled_step_equals_pyg_on_the_same_blocks  # noqa: F401

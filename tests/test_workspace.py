@@ -1,4 +1,4 @@
-"""The workspace allocator (kernels/workspace_allocator.cpp, gnn_dist.rss.use_workspace), held to what it
+"""The workspace allocator (kernels/workspace_allocator.cpp, gnn_dist.memory.rss.use_workspace), held to what it
 promises: it never holds more than the largest total ever alive (counted here from the test's own tensor
 sizes), tensors keep what is written to them, and against malloc with one mapping per large block
 (GNN_DIST_ALLOCATOR=system, the reference) a process's peak RSS is no higher and its steady state faults in
@@ -27,7 +27,7 @@ PATTERN = r"""
 import json, resource, sys
 import torch
 from gnn_dist.kernels.native import native_module
-from gnn_dist.rss import use_workspace, workspace_stats
+from gnn_dist.memory.rss import use_workspace, workspace_stats
 
 native_module()  # loaded in both modes, so the reference's RSS holds the module's pages too
 PAGE = 4096
@@ -111,7 +111,7 @@ def test_with_slack_for_every_size_the_steady_state_maps_and_faults_in_nothing()
 HUGE_PAGE_PROBE = r"""
 import json, sys
 import torch
-from gnn_dist.rss import use_workspace, workspace_stats
+from gnn_dist.memory.rss import use_workspace, workspace_stats
 
 assert use_workspace()
 tensors = {"large": torch.empty(3 << 20, dtype=torch.float32), "small": torch.empty(300_000, dtype=torch.float32)}

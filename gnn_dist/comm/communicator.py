@@ -3,7 +3,7 @@
 `MPIComm` wraps an mpi4py communicator and moves tensors with buffer
 (uppercase) calls on contiguous memory. Simulated ranks (threads of one
 process, for tests and single-process runs of collective code) implement the
-same interface in gnn_dist.simulated_ranks.
+same interface in gnn_dist.comm.simulated_ranks.
 
 Tensors cross ranks as raw bytes, so any dtype (float32, float16, bfloat16,
 int8) travels the same way and counted bytes are bytes on the wire.

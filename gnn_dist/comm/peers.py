@@ -9,7 +9,7 @@ milliseconds, before the launcher's teardown reaches them, and print one line na
 lost. A rank that finishes or fails on purpose says so on its connections first (one byte), so only a silent
 loss is reported.
 
-A cut link closes nothing. The watchdog (gnn_dist.watchdog) catches that stall; it then asks `unreachable()`,
+A cut link closes nothing. The watchdog (gnn_dist.resilience.watchdog) catches that stall; it then asks `unreachable()`,
 which tries to connect to every peer with a short timeout, and names the ranks that do not answer.
 """
 from __future__ import annotations

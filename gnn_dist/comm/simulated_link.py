@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gnn_dist.comm import Comm, CommWrapper
+from gnn_dist.comm.communicator import Comm, CommWrapper
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Simulated ranks: P ranks as threads of one process (`run_fake_ranks`), and a communicator of one rank that
-never starts MPI (`solo_comm`), with the calls of gnn_dist.comm.Comm on shared memory and a barrier.
+never starts MPI (`solo_comm`), with the calls of gnn_dist.comm.communicator.Comm on shared memory and a barrier.
 
 Tests of plans, schedules and training run on them; so do single-process runs of collective code (the
 partitioner with one rank).
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnn_dist.comm import Comm, Pending, SharedMemory, _as_bytes, _offsets, _row_bytes
+from gnn_dist.comm.communicator import Comm, Pending, SharedMemory, _as_bytes, _offsets, _row_bytes
 
 
 class _FakeWorld:

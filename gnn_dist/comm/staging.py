@@ -24,7 +24,7 @@ import os
 
 import torch
 
-from gnn_dist.comm import Comm, CommWrapper, Pending
+from gnn_dist.comm.communicator import Comm, CommWrapper, Pending
 
 STAGING_ENV = "GNN_DIST_STAGING"
 # Headroom of a host buffer made to replace one too small: payload sizes vary from step to step (bns, adaptive,
@@ -221,7 +221,7 @@ class StagedComm(CommWrapper):
 class BatchMover:
     """A sampled batch's host tensors to the device: through host buffers kept from step to step (pinned when a
     GPU is there), copied on the side stream without blocking, so that the copies of the next batch overlap the
-    device's compute of this one (gnn_dist.training.mini_batch prepares it while this one trains).
+    device's compute of this one (gnn_dist.steps.mini_batch prepares it while this one trains).
 
     One buffer per tensor position of a batch (features, node ids, each block's edges), grown by a quarter when
     a batch needs more and never shrunk: batches differ in size every step, and pinning memory is slow. Active

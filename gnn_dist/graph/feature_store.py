@@ -1,5 +1,5 @@
 """The remote-feature store of sampled training: features of sampled nodes, from this rank, its halo, a
-static cache of hot remote rows, or their owners (requests through gnn_dist.sampler.DistributedSampler).
+static cache of hot remote rows, or their owners (requests through gnn_dist.graph.sampler.DistributedSampler).
 """
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gnn_dist.comm import Comm
-from gnn_dist.sampler import DistributedSampler
+from gnn_dist.comm.communicator import Comm
+from gnn_dist.graph.sampler import DistributedSampler
 
 _COMPACT_REQUESTS = 1 << 22  # raw request ids kept before folding them into counts
 

@@ -1,19 +1,23 @@
 """A rank's view of the graph: its owned rows' data and the sparse operator over [owned | halo] columns."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from gnn_dist.device import HOST
-from gnn_dist.halo_blocks import BlockedOperator, build_blocked_operator
+from gnn_dist.halo.blocks import BlockedOperator, build_blocked_operator
 from gnn_dist.kernels.spmm import SparseOperator
-from gnn_dist.models import model_class
 from gnn_dist.partition.format import PartData
 
+# A model's normalisation of its operator (DistConv.normalise): (rows, cols, global degrees, first row, rows) ->
+# (rows, cols, values). The graph sits beneath the models, so the caller hands it over.
+Normalise = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]
 
-def normalised_rows(part: PartData, model: str, start: int, stop: int,
+
+def normalised_rows(part: PartData, normalise: Normalise, start: int, stop: int,
                     device: torch.device = HOST) -> tuple[torch.Tensor, ...]:
     """COO entries of the normalised operator's rows [start, stop): (rows - start, columns, float32 values),
     on `device`.
@@ -26,7 +30,7 @@ def normalised_rows(part: PartData, model: str, start: int, stop: int,
     lo, hi = int(part.indptr[start]), int(part.indptr[stop])
     rows = np.repeat(np.arange(stop - start, dtype=np.int64), np.diff(part.indptr[start:stop + 1]))
     cols = np.asarray(part.indices[lo:hi], dtype=np.int64)
-    rows, cols, values = model_class(model).normalise(rows, cols, part.deg, start, stop - start)
+    rows, cols, values = normalise(rows, cols, part.deg, start, stop - start)
     return (torch.from_numpy(rows).to(device), torch.from_numpy(cols).to(device),
             torch.from_numpy(values.astype(np.float32)).to(device))
 
@@ -81,14 +85,14 @@ class PartRows:
     evaluation holds at most one chunk's entries at a time.
     """
 
-    def __init__(self, part: PartData, model: str, device: torch.device = HOST):
+    def __init__(self, part: PartData, normalise: Normalise, device: torch.device = HOST):
         self.part = part
-        self.model = model
+        self.normalise = normalise
         self.n_cols = part.n_owned + part.n_halo
         self.device = device
 
     def rows(self, start: int, stop: int) -> SparseOperator:
-        rows, cols, values = normalised_rows(self.part, self.model, start, stop, self.device)
+        rows, cols, values = normalised_rows(self.part, self.normalise, start, stop, self.device)
         return SparseOperator.from_coo(rows, cols, values, (stop - start, self.n_cols), with_transpose=False)
 
     def chunk(self, start: int, stop: int) -> RowChunk:
@@ -121,23 +125,24 @@ class LocalGraph:
     blocked: BlockedOperator | None = None
 
     @classmethod
-    def from_part(cls, part: PartData, model: str, whole_operator: bool = True,
+    def from_part(cls, part: PartData, normalise: Normalise, whole_operator: bool = True,
                   blocked_by: tuple[np.ndarray, int] | None = None,
                   device: torch.device = HOST) -> LocalGraph:
-        """whole_operator: build the part's operator (full-batch, resident halos). blocked_by: (the P x P
+        """normalise: the model's (gnn_dist.models.model_class(name).normalise). whole_operator: build the
+        part's operator (full-batch, resident halos). blocked_by: (the P x P
         send-count matrix, halo block rows) builds the column-blocked operator of sequential halos instead,
         and no row access to the part is kept (evaluation runs the sequential forward). Every tensor is
         placed on `device` (on the host, the part file's arrays are used without a copy)."""
         n_owned, n_halo = part.n_owned, part.n_halo
-        operator, rows, blocked = None, PartRows(part, model, device), None
+        operator, rows, blocked = None, PartRows(part, normalise, device), None
         if blocked_by is not None:
             send_counts, block_rows = blocked_by
             recv_counts = np.bincount(part.halo_owner, minlength=part.meta.num_parts)
-            blocked = build_blocked_operator(*normalised_rows(part, model, 0, n_owned, device), n_owned, part.part_id,
+            blocked = build_blocked_operator(*normalised_rows(part, normalise, 0, n_owned, device), n_owned, part.part_id,
                                              send_counts, recv_counts, block_rows)
             rows = None
         elif whole_operator:
-            operator = SparseOperator.from_coo(*normalised_rows(part, model, 0, n_owned, device),
+            operator = SparseOperator.from_coo(*normalised_rows(part, normalise, 0, n_owned, device),
                                                (n_owned, n_owned + n_halo))
             rows = OperatorRows(operator, n_owned)
         def placed(array: np.ndarray) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Distributed neighbour sampling of sampled training (the remote features: gnn_dist.feature_store).
+"""Distributed neighbour sampling of sampled training (the remote features: gnn_dist.graph.feature_store).
 
 Node names: every rank speaks in *global* ids (the partition's contiguous
 numbering: part k owns [partptr[k], partptr[k+1])), so the owner of any node
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gnn_dist.comm import Comm, exchange_rows
+from gnn_dist.comm.communicator import Comm, exchange_rows
+from gnn_dist.kernels.keyed_random import edge_scores, sample_key
 from gnn_dist.kernels.native import native_module
-from gnn_dist.keyed_random import edge_scores, sample_key
 from gnn_dist.partition.format import PartData
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from gnn_dist.halo import HaloExchanger
-from gnn_dist.halo_blocks import (
+from gnn_dist.halo.blocks import (
     BACKWARD_GRADIENTS,
     FORWARD_ROWS,
     ROWS_AGAIN,
@@ -22,6 +21,7 @@ from gnn_dist.halo_blocks import (
     message_tag,
     post_transfers,
 )
+from gnn_dist.halo.exchange import HaloExchanger
 
 
 class ExchangedBlocks:

@@ -1,6 +1,6 @@
 """Sequential halo aggregation (`--halo-memory sequential`): one block of halo rows alive at a time.
 
-Resident aggregation (gnn_dist.halo) receives a layer's whole halo into an
+Resident aggregation (gnn_dist.halo.exchange) receives a layer's whole halo into an
 [owned | halo] tensor and multiplies it by the part's operator, and its
 backward builds the whole [owned | halo] gradient. On graphs whose halo is
 as large as the owned set, that is the whole graph again per rank. Here the
@@ -31,6 +31,9 @@ rows last received (stale, adaptive), last epoch's rows while this epoch's
 travel (pipeline), or the sampled rows only (bns). Each keeps its state per
 block range of one halo-sized buffer at most, never an [owned | halo] tensor.
 
+`ex` below is the rank's gnn_dist.halo.exchange.HaloExchanger (this module sits beneath it: the exchanger's
+exact schedule builds a BlockPass, so naming its class here would make the two modules import each other).
+
 Shapes:
     BlockedOperator.owned: [n_owned, n_owned]; block.operator: [rows_b, cols_b] over its nonempty rows
 """
@@ -41,8 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gnn_dist.comm import Pending
-from gnn_dist.halo import HaloExchanger
+from gnn_dist.comm.communicator import Pending
 from gnn_dist.kernels.spmm import SparseOperator, _matmul, spmm
 
 
@@ -181,7 +183,7 @@ class BlockPass:
 
     defers = False
 
-    def __init__(self, ex: HaloExchanger, x_owned: torch.Tensor | None):
+    def __init__(self, ex, x_owned: torch.Tensor | None):
         self.ex = ex
         self.plan = ex.plan
         self.x_owned = x_owned
@@ -224,7 +226,7 @@ class BlockPass:
         raise RuntimeError(f"{type(self).__name__} defers no transfer")
 
 
-def aggregate_exchanged(blocked: BlockedOperator, exchanger: HaloExchanger, x_owned: torch.Tensor,
+def aggregate_exchanged(blocked: BlockedOperator, exchanger, x_owned: torch.Tensor,
                         bias: torch.Tensor | None, slot: str) -> torch.Tensor:
     """A @ [X_owned | X_halo] (+ bias), the halo rows arriving block by block; differentiable in X and bias.
 
@@ -277,7 +279,7 @@ class _SequentialAggregate(torch.autograd.Function):
     point-to-point messages, only between ranks that share halo rows."""
 
     @staticmethod
-    def forward(ctx, x_owned, bias, blocked: BlockedOperator, ex: HaloExchanger, slot: str):  # type: ignore[override]
+    def forward(ctx, x_owned, bias, blocked: BlockedOperator, ex, slot: str):  # type: ignore[override]
         transfers = ex.active_schedule(slot).block_pass(ex, slot, x_owned)
         ctx.blocked, ctx.ex, ctx.slot, ctx.has_bias, ctx.transfers = blocked, ex, slot, bias is not None, transfers
         ex.activity = f"epoch {ex.epoch}: {slot} sequential forward halo exchange"

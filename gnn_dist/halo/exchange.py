@@ -1,9 +1,4 @@
-"""Halo plans and the differentiable halo exchange.
-
-A `HaloPlan` is built once from a part file and never changes: which owned
-rows each peer needs (send lists) and how many halo rows arrive from each
-peer (grouped by owner, in the part file's halo order). The exchange moves
-exactly those rows and nothing else.
+"""The differentiable halo exchange of a rank (`HaloExchanger`), over its frozen plan (gnn_dist.halo.plan).
 
 `HaloExchanger.gather` is an autograd function from owned rows [n_owned, F]
 to [owned | halo] rows [n_owned + n_halo, F]. Under the `exact` schedule,
@@ -25,72 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gnn_dist import halo_overlap
-from gnn_dist.codec import Codec
-from gnn_dist.comm import Comm, Pending
-from gnn_dist.device import HOST
-from gnn_dist.partition.format import PartData
-
-
-@dataclass(frozen=True)
-class HaloPlan:
-    rank: int
-    num_parts: int
-    n_owned: int
-    n_halo: int
-    send_idx: torch.Tensor    # int64 [S]: owned rows to send, grouped by peer
-    send_counts: np.ndarray   # int64 [P]: rows to each peer
-    recv_counts: np.ndarray   # int64 [P]: halo rows from each peer (halo is grouped by owner)
-    send_peer: torch.Tensor   # int64 [S]: the peer each send row goes to
-    send_node_ids: torch.Tensor  # int64 [S]: original ids of the rows sent
-    halo_ids: torch.Tensor    # int64 [n_halo]: original ids of halo rows
-    halo_owner: torch.Tensor  # int64 [n_halo]
-
-    @classmethod
-    def from_part(cls, part: PartData, device: torch.device = HOST) -> HaloPlan:
-        """The plan of a part, its index tensors on `device` (the rank's compute device)."""
-        num_parts = part.meta.num_parts
-        send_counts = np.diff(part.send_ptr).astype(np.int64)
-        return cls(
-            rank=part.part_id,
-            num_parts=num_parts,
-            n_owned=part.n_owned,
-            n_halo=part.n_halo,
-            send_idx=torch.from_numpy(part.send_idx).to(device),
-            send_counts=send_counts,
-            recv_counts=np.bincount(part.halo_owner, minlength=num_parts).astype(np.int64),
-            send_peer=torch.from_numpy(np.repeat(np.arange(num_parts, dtype=np.int64), send_counts)).to(device),
-            send_node_ids=torch.from_numpy(part.node_ids[part.send_idx]).to(device),
-            halo_ids=torch.from_numpy(part.halo_ids).to(device),
-            halo_owner=torch.from_numpy(part.halo_owner.astype(np.int64)).to(device),
-        )
-
-    @property
-    def device(self) -> torch.device:
-        """Where the rank computes: its rows, buffers and index tensors live there."""
-        return self.send_idx.device
-
-    @property
-    def rows_sent(self) -> int:
-        return int(self.send_counts.sum())
-
-    @property
-    def rows_sent_to_peers(self) -> int:
-        """Rows one exact exchange puts on the wire (a rank sends nothing to itself)."""
-        return self.rows_sent - int(self.send_counts[self.rank])
-
-    def send_segments(self) -> list[slice]:
-        """The slice of the send layout (rows of send_idx) going to each peer."""
-        return _segments(self.send_counts)
-
-    def recv_segments(self) -> list[slice]:
-        """The slice of the halo coming from each peer."""
-        return _segments(self.recv_counts)
-
-
-def _segments(counts: np.ndarray) -> list[slice]:
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    return [slice(int(offsets[q]), int(offsets[q + 1])) for q in range(len(counts))]
+from gnn_dist.comm.codec import Codec
+from gnn_dist.comm.communicator import Comm, Pending
+from gnn_dist.halo import overlap as halo_overlap
+from gnn_dist.halo.exact import EXACT
+from gnn_dist.halo.plan import HaloPlan
 
 
 @dataclass
@@ -139,18 +73,16 @@ class HaloExchanger:
     # gnn_dist.models.base): there a schedule may leave halo rows absent, as each row is renormalised over what
     # it still has. An attention layer's softmax would count an absent (zero) row as a neighbour.
     renormalising_slots: set = field(default_factory=set)
-    # Whether exact exchanges of linear layers overlap the owned product (gnn_dist.halo_overlap); set-up sets
+    # Whether exact exchanges of linear layers overlap the owned product (gnn_dist.halo.overlap); set-up sets
     # the value every rank agreed on.
     overlap: bool = field(default_factory=halo_overlap.overlap_enabled)
-    # a gnn_dist.halo_shared.SharedHalo when every rank shares one host (set-up opens it on all or none)
+    # a gnn_dist.halo.shared.SharedHalo when every rank shares one host (set-up opens it on all or none)
     shared: object = None
     _buffers: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.schedule is None:
-            from gnn_dist.schedules.exact import ExactSchedule
-
-            self.schedule = ExactSchedule()
+            self.schedule = EXACT
         if self.beat is None:
             self.beat = lambda step: None
 
@@ -172,11 +104,11 @@ class HaloExchanger:
         """The schedule that moves slot's halo in this pass: the configured one in training, the exact exchange
         in evaluation and while the divergence guard holds training to it."""
         if not self.training or self.guard_exact:
-            return _exact()
+            return EXACT
         return self.schedule.for_slot(slot)
 
     def overlapped(self, slot: str, attention: bool) -> bool:
-        """Whether slot's exchange in this pass overlaps the owned rows' product (gnn_dist.halo_overlap): the
+        """Whether slot's exchange in this pass overlaps the owned rows' product (gnn_dist.halo.overlap): the
         same answer on every rank, as the exchange is a collective."""
         return self.plan.num_parts > 1 and halo_overlap.overlaps(self.active_schedule(slot).kind, attention,
                                                                  sequential=False, device=self.plan.device.type,
@@ -389,9 +321,3 @@ class _HaloGather(torch.autograd.Function):
         ctx.ex.activity = f"epoch {ctx.ex.epoch}: {ctx.slot} backward halo exchange"
         grad_owned = ctx.schedule.backward(ctx.ex, ctx.slot, grad_full.contiguous(), ctx.info)
         return grad_owned, None, None
-
-
-def _exact():
-    from gnn_dist.schedules.exact import ExactSchedule
-
-    return ExactSchedule.shared

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gnn_dist.halo_shared import next_exchange
+from gnn_dist.halo.shared import next_exchange
 from gnn_dist.kernels.spmm import SparseOperator, spmm_into
 
 OVERLAP_ENV = "GNN_DIST_OVERLAP"
@@ -118,7 +118,7 @@ def _forward(ex, split: OwnedHaloSplit, x_owned: torch.Tensor, bias: torch.Tenso
     width = x_owned.shape[1]
     ex.activity = f"epoch {ex.epoch}: {slot} forward halo exchange"
     shared = next_exchange(ex, width, x_owned.dtype)
-    if shared is not None:  # the peers multiply these rows where they lie (gnn_dist.halo_shared)
+    if shared is not None:  # the peers multiply these rows where they lie (gnn_dist.halo.shared)
         torch.index_select(x_owned, 0, plan.send_idx, out=shared.outgoing(plan.rows_sent))
         pending = shared.arrive(ex, plan.send_counts)
     else:
@@ -154,7 +154,7 @@ def _backward(ex, split: OwnedHaloSplit, grad_out: torch.Tensor, slot: str) -> t
         else torch.empty(plan.n_halo, width, dtype=grad_out.dtype, device=grad_out.device)
     with torch.profiler.record_function("spmm"):
         spmm_into(transpose, *split.halo_gradient_rows(), grad_out, grad_halo)
-    if shared is not None:  # the owners add these gradients from this rank's region (gnn_dist.halo_shared)
+    if shared is not None:  # the owners add these gradients from this rank's region (gnn_dist.halo.shared)
         pending = shared.arrive(ex, plan.recv_counts)
     else:
         returned = ex.buffer(("grad_recv",), plan.rows_sent, width, grad_out.dtype)

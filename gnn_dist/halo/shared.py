@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gnn_dist.comm import Comm, Pending, SharedMemory
+from gnn_dist.comm.communicator import Comm, Pending, SharedMemory
 
 SHARED_HALO_ENV = "GNN_DIST_SHARED_HALO"
 

@@ -1,3 +1,6 @@
 """Link prediction's parts (`--task link`, gnn_dist.tasks.link): the rank's split pairs (pairs), keyed training
 negatives (negatives), rows of remote nodes fetched for scoring (row_fetch), pair decoders (decoders), ranking
-metrics (metrics) and evaluation over all ranks (evaluation)."""
+metrics (metrics) and evaluation over all ranks (evaluation).
+
+May import: comm, device, halo, kernels, models, partition, steps
+"""

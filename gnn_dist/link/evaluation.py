@@ -14,7 +14,7 @@ import torch
 
 from gnn_dist.link.metrics import HITS_AT, OGB_METRICS, auc, hits_at_k, ogb_figures, reciprocal_ranks
 from gnn_dist.link.pairs import PHASES, LinkPairs
-from gnn_dist.training.state import sum_over_ranks
+from gnn_dist.steps.state import sum_over_ranks
 
 # Pairs scored at once: bounds the temporaries of the MRR candidates ([M, R] pairs of D-wide rows).
 SCORE_CHUNK_PAIRS = 1 << 16

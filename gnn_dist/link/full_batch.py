@@ -12,12 +12,12 @@ import numpy as np
 import torch
 
 from gnn_dist.link.decoders import pair_loss_sum
-from gnn_dist.training.full_batch import FullBatchMode
-from gnn_dist.training.gradients import sync_gradients
+from gnn_dist.steps.full_batch import FullBatchMode
+from gnn_dist.steps.gradients import sync_gradients
 
 
 class LinkFullBatchMode(FullBatchMode):
-    """Node classification's epoch (gnn_dist.training.full_batch), with the pairs' loss in place of the nodes'."""
+    """Node classification's epoch (gnn_dist.steps.full_batch), with the pairs' loss in place of the nodes'."""
 
     def __init__(self, state, part=None):
         super().__init__(state, part)

@@ -4,7 +4,7 @@ A batch's seeds are every endpoint of its positives and of their keyed negatives
 full-batch training draws, both ends under --negatives pairs); the sampler grows the k-hop neighbourhood of
 each seed, wherever it lives, as PyG's LinkNeighborLoader does, and the pairs are scored from the seeds'
 outputs. Everything else (sampling, remote features, the cache, one gradient allreduce per step) is node
-classification's (gnn_dist.training.mini_batch). The loss of a step is the BCE summed over its pairs divided
+classification's (gnn_dist.steps.mini_batch). The loss of a step is the BCE summed over its pairs divided
 by the global number of pairs of that step.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from gnn_dist.link.decoders import pair_loss_sum
-from gnn_dist.training.mini_batch import MiniBatchMode
+from gnn_dist.steps.mini_batch import MiniBatchMode
 
 
 class LinkMiniBatchMode(MiniBatchMode):

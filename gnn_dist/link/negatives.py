@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gnn_dist.keyed_random import splitmix64
+from gnn_dist.kernels.keyed_random import splitmix64
 
 _NEGATIVES = np.uint64(0x6E65676174697665)  # "negative": this stream's salt
 _SOURCES = np.uint64(0x736F7572636573)      # "sources": the pairs rule's source stream, apart from the destinations

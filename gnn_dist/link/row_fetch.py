@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gnn_dist.comm import Comm, exchange_rows
+from gnn_dist.comm.communicator import Comm, exchange_rows
 from gnn_dist.device import HOST
-from gnn_dist.halo import TrafficCounters
+from gnn_dist.halo.exchange import TrafficCounters
 
 
 @dataclass

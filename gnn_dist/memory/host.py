@@ -1,11 +1,12 @@
 """What fits on this host: the memory a host has, what one gnn-dist process costs before its data, and the
 refusal to start a job that would not fit (training and partitioning alike).
 
-The peaks themselves come from each job's model of its own memory (gnn_dist.memory_plan for training,
+The peaks themselves come from each job's model of its own memory (gnn_dist.plan.memory for training,
 gnn_dist.partition.memory_model for the partitioner); this module compares them with the host.
 """
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,14 +22,29 @@ def readable_bytes(value: float) -> str:
     return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
 
 
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """'8G', '512M', '1.5G' or plain bytes (binary units)."""
+    number, unit = text.strip().upper().rstrip("IB"), ""
+    if number and number[-1] in _SIZE_UNITS:
+        number, unit = number[:-1], number[-1]
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size like 8G, 512M or a number of bytes; got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return int(value)
+
+
 HOST_MEMORY_ENV = "GNN_DIST_HOST_MEMORY"
 
 
 def host_budget_bytes() -> int | None:
     """GNN_DIST_HOST_MEMORY (a size like 8G): the memory this host gives the job's ranks in all, for a node shared
     with other work (and the emulated cluster's hosts); None when unset."""
-    from gnn_dist.config import byte_size
-
     text = os.environ.get(HOST_MEMORY_ENV)
     return byte_size(text) if text else None
 

@@ -2,9 +2,11 @@
 every layer derives from: gnn_dist.models.base).
 
 Importing this package imports every module of its folder, which registers the built-in models.
+
+May import: halo, kernels, nn, plugins
 """
-from gnn_dist.discovery import import_modules_of
 from gnn_dist.models.registry import model_class, model_names, one_of, register_model
+from gnn_dist.plugins.registry import import_modules_of
 
 import_modules_of(__name__, __path__, first=("registry", "base", "gcn"))
 

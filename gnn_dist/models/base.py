@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnn_dist.halo import HaloExchanger
-from gnn_dist.halo_blocks import BlockedOperator, aggregate_exchanged, aggregate_local
-from gnn_dist.halo_overlap import overlapped_aggregation
+from gnn_dist.halo.blocks import BlockedOperator, aggregate_exchanged, aggregate_local
+from gnn_dist.halo.exchange import HaloExchanger
+from gnn_dist.halo.overlap import overlapped_aggregation
 from gnn_dist.kernels.spmm import SparseOperator, spmm, spmm_into
 
 
@@ -82,7 +82,7 @@ class DistConv(nn.Module):
     # rows for its backward, and that backward holds two [entries x heads] buffers: for the memory plan).
     attention: ClassVar[bool] = False
     multi_head: ClassVar[bool] = False  # whether --heads applies (hidden layers then output heads * hidden columns)
-    # Whether transform() multiplies through gnn_dist.sparse_features.linear, so a first layer given the CSR copy
+    # Whether transform() multiplies through gnn_dist.nn.sparse_features.linear, so a first layer given the CSR copy
     # of mostly-zero input features (input_features) multiplies sparsely.
     takes_sparse_input: ClassVar[bool] = False
     # Set by the model stack: the original ids of the operator's columns ([owned | halo], rows first), and the
@@ -102,7 +102,7 @@ class DistConv(nn.Module):
         # A (X W) = (A X) W: aggregate the narrower of the input and the output (it is also what travels), unless
         # the model says otherwise (aggregation()).
         self.aggregate_first = type(self).aggregation(in_dim, out_dim)[0]
-        # the first layer's CSR copy of the input features, where setup made one (gnn_dist.sparse_features)
+        # the first layer's CSR copy of the input features, where setup made one (gnn_dist.nn.sparse_features)
         self.input_features = None
         if exchanger is not None and not self.attention:
             # a linear aggregation renormalises rows a schedule leaves out (_conv_forward's aggregation_scale)
@@ -182,7 +182,7 @@ class DistConv(nn.Module):
         return aggregated
 
     def aggregate_chunk(self, chunk, owned: torch.Tensor, halo: torch.Tensor) -> torch.Tensor:
-        """Evaluation's chunk (gnn_dist.local_graph.RowChunk): aggregate_rows on its operator rows split at the
+        """Evaluation's chunk (gnn_dist.graph.local_graph.RowChunk): aggregate_rows on its operator rows split at the
         owned/halo boundary. A model that keeps the default aggregate_rows (two linear products) gets them from
         the operator's entry ranges in place instead: the same sums, without copying the chunk's entries into
         two operators every evaluation (at P=2 on sbm60k that copy was a quarter of evaluation's time)."""
@@ -229,9 +229,9 @@ def _conv_forward(conv, x, x_full: torch.Tensor | None, halo_source=None) -> tor
     inputs of the first layer) nothing is exchanged; otherwise the transformed
     owned rows travel through the halo exchange, so the narrower of the two
     widths goes on the wire. An exact exchange of a linear layer travels while
-    the owned columns' share is multiplied (gnn_dist.halo_overlap).
+    the owned columns' share is multiplied (gnn_dist.halo.overlap).
 
-    Sequential (conv.blocked set, gnn_dist.halo_blocks): x is the owned rows;
+    Sequential (conv.blocked set, gnn_dist.halo.blocks): x is the owned rows;
     the halo rows either travel block by block, or, for the first layer, come
     from halo_source(start, stop) one block at a time (cached input features).
     """

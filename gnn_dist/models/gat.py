@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnn_dist.attention_blocks import ExchangedBlocks, LocalBlocks, attend_blocks
+from gnn_dist.halo.attention_blocks import ExchangedBlocks, LocalBlocks, attend_blocks
 from gnn_dist.kernels.attention import EdgeDropout, attention, merge
+from gnn_dist.kernels.keyed_random import mix32_reference
 from gnn_dist.kernels.spmm import SparseOperator
-from gnn_dist.keyed_random import mix32_reference
 from gnn_dist.models.base import DistConv, PygOnBlock, glorot_, with_self_loops
 from gnn_dist.models.registry import register_model
 
@@ -120,7 +120,7 @@ class DistGATConv(DistConv):
         return attention(self.operator, source, dst, self.heads, self.bias, self._edge_dropout(self.column_ids, n))
 
     def _forward_sequential(self, x: torch.Tensor, halo_source) -> torch.Tensor:
-        """--halo-memory sequential: one halo block at a time, joined by the online softmax (gnn_dist.halo_blocks)."""
+        """--halo-memory sequential: one halo block at a time, joined by the online softmax (gnn_dist.halo.blocks)."""
         if halo_source is None:
             blocks = ExchangedBlocks(self.exchanger, self.slot)
         else:  # the first layer: its halo rows are the cached input features

@@ -8,7 +8,7 @@ from torch import nn
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.models.base import DistConv, linear_uniform_
 from gnn_dist.models.registry import register_model
-from gnn_dist.sparse_features import linear
+from gnn_dist.nn.sparse_features import linear
 
 
 @register_model

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gnn_dist.halo import HaloExchanger
+from gnn_dist.halo.exchange import HaloExchanger
 
 
 class DistBatchNorm(nn.Module):

@@ -2,7 +2,7 @@
 
 The mask of a row is therefore the same whichever rank computes it and
 whatever P is: that is what makes a distributed run with dropout reproduce
-the single-process run. The key's hash (gnn_dist.keyed_random) gives 32
+the single-process run. The key's hash (gnn_dist.kernels.keyed_random) gives 32
 random bits per element; the torch path runs in row chunks small enough to
 stay in cache, the native kernel in one fused pass.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from gnn_dist.kernels.keyed_random import column_hash, id_hash, mix32
 from gnn_dist.kernels.native import native_module
-from gnn_dist.keyed_random import column_hash, id_hash, mix32
 
 _CHUNK_ELEMENTS = 1 << 20
 
@@ -30,7 +30,7 @@ def _mask_terms(node_ids: torch.Tensor, num_cols: int, key: int, p: float) -> tu
 def keep_entries(node_ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, num_cols: int, key: int,
                  p: float) -> torch.Tensor:
     """bool [nnz]: keep_mask(node_ids, num_cols, key, p) read at the entries (rows[k], cols[k]) only, for a sparse
-    matrix whose dropped-out zeros need no draw (gnn_dist.sparse_features)."""
+    matrix whose dropped-out zeros need no draw (gnn_dist.nn.sparse_features)."""
     row_hash, col_hash, threshold = _mask_terms(node_ids, num_cols, key, p)
     return mix32(row_hash[rows] ^ col_hash[cols]) >= threshold
 

@@ -14,7 +14,7 @@ SAGE) instead of aggregating first; the memory plan counts it (copy_bytes, dropp
 
 Input dropout (Kipf and Welling's recipe on Planetoid) runs on the copy too: a dropped element of X is
 zero whether or not it was drawn, so the keyed mask is drawn at X's non-zeros only (`dropped_out`: the same
-mask gnn_dist.dropout draws on the dense matrix, read at those entries) and the product takes the copy's
+mask gnn_dist.nn.dropout draws on the dense matrix, read at those entries) and the product takes the copy's
 structure with the kept values scaled. No dense dropped-out copy of X is made, and its n x F draw, product
 and weight gradient become work over the non-zeros. A layer that also reads its rows' own input (SAGE's
 root term) would need the dense dropped-out rows as well, so with dropout the copy is made only for layers
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from gnn_dist.dropout import keep_entries
 from gnn_dist.kernels.spmm import SparseOperator, spmm
+from gnn_dist.nn.dropout import keep_entries
 
 # Above this density the CSR copy (8 bytes per non-zero, twice) outgrows a fifth of the dense features and
 # the sparse product gains little over a dense one.
@@ -49,7 +49,7 @@ class SparseFeatures:
         return cls(x_full, operator, transpose_order)
 
     def dropped_out(self, row_ids: torch.Tensor, key: int, p: float) -> SparseFeatures:
-        """The copy with the keyed dropout of gnn_dist.dropout applied (rows keyed by their original ids
+        """The copy with the keyed dropout of gnn_dist.nn.dropout applied (rows keyed by their original ids
         row_ids), for the same dense tensor: kept non-zeros scaled by 1 / (1 - p), dropped ones zero."""
         matrix = self.operator.matrix
         crow = matrix.crow_indices().to(torch.int64)

@@ -1,4 +1,4 @@
-"""The host's share of a GPU rank's memory plan (gnn_dist.memory_plan plans the device's).
+"""The host's share of a GPU rank's memory plan (gnn_dist.plan.memory plans the device's).
 
 A rank that computes on a GPU keeps on its host what the device does not
 hold: the process, the part file, the normalisation terms while the operator
@@ -8,23 +8,22 @@ the GPU; on CPUs the two are one plan.
 """
 from __future__ import annotations
 
-from gnn_dist.host_memory import PROCESS_BYTES
-from gnn_dist.memory_plan import (
-    FLOAT,
+from gnn_dist.comm.staging import GROWTH as STAGING_GROWTH
+from gnn_dist.memory.host import PROCESS_BYTES
+from gnn_dist.models import model_class
+from gnn_dist.partition.format import PartShape
+from gnn_dist.plan.liveness import FLOAT, Liveness
+from gnn_dist.plan.memory import (
     SETUP_BYTES_PER_ENTRY,
-    Liveness,
     MemoryPlan,
-    PlanConfig,
     largest_blocks,
     parameter_count,
     part_file_bytes,
     plan_part,
 )
-from gnn_dist.models import model_class
-from gnn_dist.partition.format import PartShape
+from gnn_dist.plan.options import PlanConfig
+from gnn_dist.plan.traffic import exchanged_widths
 from gnn_dist.schedules import parse_schedule
-from gnn_dist.staging import GROWTH as STAGING_GROWTH
-from gnn_dist.traffic import exchanged_widths
 
 
 def plan_host(shape: PartShape, config: PlanConfig, num_features: int, num_classes: int) -> MemoryPlan:
@@ -32,7 +31,7 @@ def plan_host(shape: PartShape, config: PlanConfig, num_features: int, num_class
 
     On CPUs that is plan_part. A GPU rank's host keeps the process, the part file (the device holds copies of
     its arrays), the normalisation terms while the operator is built, and the pinned staging buffers that every
-    exchange goes through (gnn_dist.staging: reused by size, kept for the run). The CUDA runtime's own
+    exchange goes through (gnn_dist.comm.staging: reused by size, kept for the run). The CUDA runtime's own
     host memory is not counted (it has not been measured here); the refusal compares the plan with what is
     still available after the runtime has started, so it is covered there.
     """
@@ -49,7 +48,7 @@ def plan_host(shape: PartShape, config: PlanConfig, num_features: int, num_class
 
 
 def staging_pool_bytes(shape: PartShape, config: PlanConfig, num_features: int, num_classes: int) -> int:
-    """The pinned host buffers a GPU rank's exchanges leave in its staging pool (gnn_dist.staging), an upper
+    """The pinned host buffers a GPU rank's exchanges leave in its staging pool (gnn_dist.comm.staging), an upper
     bound. The pool holds as many buffers as were in use at once, each at most GROWTH times the largest
     payload it served: a blocking exchange holds a send and a receive buffer (the input features' at set-up
     are the widest rows), a pipelined schedule every exchanged layer's, both directions, at once (beside the

@@ -1,11 +1,12 @@
-"""The link task's share of a rank's memory plan (gnn_dist.memory_plan): its pairs, the scoring of a training
+"""The link task's share of a rank's memory plan (gnn_dist.plan.memory): its pairs, the scoring of a training
 step and of evaluation, priced in the plan's units."""
 from __future__ import annotations
 
 import math
 
 from gnn_dist.link.evaluation import SCORE_CHUNK_PAIRS
-from gnn_dist.memory_plan import FLOAT, INDEX, Liveness, PlanConfig
+from gnn_dist.plan.liveness import FLOAT, INDEX, Liveness
+from gnn_dist.plan.options import PlanConfig
 
 
 def link_pairs_bytes(link) -> int:
@@ -23,7 +24,7 @@ def distinct_remote(link, n: int, draws: int) -> int:
 
 
 def plan_link_scoring(live: Liveness, config: PlanConfig, link, n: int, width: int) -> None:
-    """gnn_dist.training.link_full_batch: the negatives and the exchange's plan (numpy), [owned | fetched]
+    """gnn_dist.link.full_batch: the negatives and the exchange's plan (numpy), [owned | fetched]
     embeddings, every pair's rows, and the decoder's saved tensors; their gradients in the backward."""
     ratio = config.neg_ratio
     negatives = link.train * ratio

@@ -1,7 +1,7 @@
 """The memory plan: peak resident memory per rank of full-batch training, predicted before the run.
 
 `gnn-dist inspect DIR` prints it per part; `train` compares it with the
-memory its host has (gnn_dist.host_memory) and refuses to start when it does
+memory its host has (gnn_dist.memory.host) and refuses to start when it does
 not fit, because an out-of-memory kill half way through is worse than that
 refusal.
 
@@ -20,47 +20,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gnn_dist import halo_overlap, sparse_features
-from gnn_dist.config import DEFAULT_HALO_BLOCK_ROWS, FEATURE_DTYPES, ModelConfig
-from gnn_dist.halo_shared import shared_halo_enabled
-from gnn_dist.host_memory import PROCESS_BYTES, readable_bytes
+from gnn_dist.config import FEATURE_DTYPES, ModelConfig
+from gnn_dist.halo import overlap as halo_overlap
+from gnn_dist.halo.shared import shared_halo_enabled
 from gnn_dist.kernels.attention import torch_backward_elements
 from gnn_dist.kernels.native import torch_formulations_run
+from gnn_dist.memory.host import PROCESS_BYTES, readable_bytes
 from gnn_dist.models import model_class
+from gnn_dist.nn import sparse_features
 from gnn_dist.partition.format import PartShape
+from gnn_dist.plan.link import link_pairs_bytes, plan_link_evaluation, plan_link_scoring
+from gnn_dist.plan.liveness import FLOAT, INDEX, Liveness
+from gnn_dist.plan.options import PlanConfig
+from gnn_dist.plan.traffic import exchanged_widths
 from gnn_dist.schedules import parse_schedule
-from gnn_dist.traffic import exchanged_widths
 
-FLOAT = 4
-INDEX = 8
 # Set-up builds the operator from COO entries: int64 rows and columns, float64 normalisation terms, the
 # sort key and order of the CSR build, and their gathered copies (bytes per operator entry, counted from
-# gnn_dist.local_graph.normalised_rows and gnn_dist.kernels.spmm._csr).
+# gnn_dist.graph.local_graph.normalised_rows and gnn_dist.kernels.spmm._csr).
 SETUP_BYTES_PER_ENTRY = 64
 # A GPU rank receives the entries normalised (int64 rows and columns, float32 values: 20 bytes) and sorts them
 # into CSR on the device: the sort key and order (16) and the gathered copies (20).
 DEVICE_SETUP_BYTES_PER_ENTRY = 56
-
-
-@dataclass(frozen=True)
-class PlanConfig:
-    """The model and the training options that memory depends on (the rest of train's options do not)."""
-
-    model: ModelConfig = field(default_factory=ModelConfig)
-    halo_memory: str = "resident"
-    halo_block_rows: int = DEFAULT_HALO_BLOCK_ROWS
-    feature_dtype: str = "fp32"
-    eval_chunk_nodes: int = 16384
-    schedule: str = "exact"
-    task: str = "node"
-    neg_ratio: int = 1       # --task link
-    decoder: str = "dot"     # --task link
-    negatives: str = "source"  # --task link: pairs draws (and fetches) each negative's source too
-    mode: str = "full"       # full-batch training (sampled: the sparse first layer's copy is not made)
-    device: str = "cpu"      # cuda: the plan is the GPU's (plan_part) and the host's is plan_host's
-    # Overlapped exchanges go through the host's shared memory (gnn_dist.halo_shared): every rank on one host,
-    # fp32 halos, GNN_DIST_SHARED_HALO not 0. A plan made before launch (inspect) assumes one host.
-    shared_halo: bool = True
 
 
 @dataclass
@@ -74,29 +55,6 @@ class MemoryPlan:
     def summary(self, top: int = 6) -> str:
         largest = sorted(self.parts.items(), key=lambda kv: -kv[1])[:top]
         return ", ".join(f"{name} {readable_bytes(value)}" for name, value in largest if value)
-
-
-class Liveness:
-    """Bytes alive, allocation by allocation; remembers the largest total and what made it up."""
-
-    def __init__(self, base: dict):
-        self.alive = dict(base)
-        self.peak = sum(self.alive.values())
-        self.at_peak = dict(self.alive)
-
-    def alloc(self, name: str, size: float) -> None:
-        self.alive[name] = self.alive.get(name, 0) + int(size)
-        total = sum(self.alive.values())
-        if total > self.peak:
-            self.peak, self.at_peak = total, dict(self.alive)
-
-    def free(self, *names: str) -> None:
-        for name in names:
-            self.alive.pop(name, None)
-
-    def rename(self, old: str, new: str) -> None:
-        """The tensor called `old` is now kept as (part of) `new`: no bytes change."""
-        self.alive[new] = self.alive.get(new, 0) + self.alive.pop(old, 0)
 
 
 def torch_kernels(config: PlanConfig) -> bool:
@@ -118,8 +76,8 @@ class _Sizes:
     sequential: bool
     entries: int        # the operator's entries (self loops included)
     torch_kernels: bool  # torch_kernels(config)
-    sparse_input_dropped: int  # bytes of a dropped-out sparse copy of the features (gnn_dist.sparse_features); 0: none
-    # per exchanged layer (layer k at k - 1): whether its exchange overlaps the owned product (gnn_dist.halo_overlap),
+    sparse_input_dropped: int  # bytes of a dropped-out sparse copy of the features (gnn_dist.nn.sparse_features); 0: none
+    # per exchanged layer (layer k at k - 1): whether its exchange overlaps the owned product (gnn_dist.halo.overlap),
     # which holds only the halo's rows and their gradients, never [owned | halo]
     overlapped: tuple = ()
     shared: bool = False  # overlapped exchanges write into and read from shared memory: no halo rows of their own
@@ -183,7 +141,7 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
         # send rows and returned gradients, one buffer per distinct width (layers of one width share it)
         persistent["exchange buffers"] = 2 * S * sum(set(exchanged) - set(through_memory)) * FLOAT
     if through_memory:
-        # its slot (the widest row times its send or halo rows, gnn_dist.halo_shared), and about as many pages
+        # its slot (the widest row times its send or halo rows, gnn_dist.halo.shared), and about as many pages
         # of the peers' slots it reads (their rows for its halo, their gradients of its send rows): RSS counts
         # both
         persistent["shared halo slots"] = 2 * max(S, h) * max(through_memory) * FLOAT
@@ -202,8 +160,6 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
 
     link = shape.link if config.task == "link" else None
     if link is not None:
-        from gnn_dist.link.memory import link_pairs_bytes, plan_link_evaluation, plan_link_scoring  # builds on this
-
         persistent["link pairs"] = link_pairs_bytes(link)
     train = Liveness(persistent)
     _forward(train, config, widths, sizes, training=True, loss=link is None)
@@ -239,7 +195,7 @@ def _overlapped_halo_rows(z: _Sizes) -> int:
 
 
 def _forward(live: Liveness, config: PlanConfig, widths, z: _Sizes, training: bool, loss: bool = True) -> None:
-    """The model's forward (gnn_dist.layer_stack.LayerStack.forward; evaluation differs only in what it keeps)."""
+    """The model's forward (gnn_dist.steps.layer_stack.LayerStack.forward; evaluation differs only in what it keeps)."""
     model = config.model
     conv = model_class(model.model)
     needs_root = conv.needs_root
@@ -262,7 +218,7 @@ def _forward(live: Liveness, config: PlanConfig, widths, z: _Sizes, training: bo
                 live.alloc(f"saved norm {k}", n * i * FLOAT if training else 0)  # x_hat
             if training and p > 0 and z.torch_kernels:
                 # torch's ReLU (in place) keeps its output for the backward, the dropout writes a new tensor
-                # beside it and keeps a byte per element (gnn_dist.dropout._KeyedDropout)
+                # beside it and keeps a byte per element (gnn_dist.nn.dropout._KeyedDropout)
                 live.rename("layer output", f"saved relu {k}")
                 live.alloc("layer input", n * i * FLOAT)
                 live.alloc(f"saved mask {k}", n * i)

@@ -1,7 +1,7 @@
 """Predicted halo traffic: the width each layer puts on the wire and the bytes a schedule sends per epoch."""
 from __future__ import annotations
 
-from gnn_dist.codec import make_codec
+from gnn_dist.comm.codec import make_codec
 from gnn_dist.config import ModelConfig
 from gnn_dist.models import model_class
 from gnn_dist.schedules import parse_schedule
@@ -23,7 +23,7 @@ def predicted_halo_bytes_per_epoch(total_halo_rows: int, config: ModelConfig, in
     format of every halo dtype; the expectation for bns:P; an upper bound for
     adaptive schedules. Each schedule owns its figure (Schedule.predicted_bytes).
     Attention layers with sequential halos send their forward rows again in the
-    backward (gnn_dist.halo_blocks.attend_blocks): three transfers per row, not two.
+    backward (gnn_dist.halo.blocks.attend_blocks): three transfers per row, not two.
     """
     codec = make_codec(halo_dtype)
     widths = [w for w in exchanged_widths(config, in_dim, out_dim) if w]

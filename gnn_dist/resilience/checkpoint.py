@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnn_dist.comm import failure_among
+from gnn_dist.comm.communicator import failure_among
 from gnn_dist.config import ModelConfig
 from gnn_dist.context import SetupError
-from gnn_dist.keyed_random import fingerprint_words
+from gnn_dist.kernels.keyed_random import fingerprint_words
 from gnn_dist.log import rank_logger
 from gnn_dist.partition.format import sha256_of
 

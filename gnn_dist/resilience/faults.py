@@ -14,7 +14,7 @@ import os
 import signal
 import time
 
-from gnn_dist.supervise import restarts_so_far
+from gnn_dist.resilience.supervise import restarts_so_far
 
 FAIL_AT_ENV = "GNN_DIST_FAIL_AT"
 

@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+from gnn_dist.plugins.loading import option_values
+
 RESTARTS_ENV = "GNN_DIST_RESTARTS"
 FIRST_NUM_PARTS_ENV = "GNN_DIST_FIRST_NUM_PARTS"
 PLACEHOLDERS = ("{n}", "{parts}", "{hosts}", "{hostfile}")
@@ -59,17 +61,6 @@ def first_num_parts() -> int | None:
 
 def _say(message: str) -> None:
     print(f"gnn-dist supervise: {message}", file=sys.stderr, flush=True)
-
-
-def option_values(command: list[str], flag: str) -> list[str]:
-    """Every value of `flag VALUE` or `flag=VALUE` in a command line, in order."""
-    values = []
-    for k, word in enumerate(command):
-        if word == flag and k + 1 < len(command):
-            values.append(command[k + 1])
-        elif word.startswith(flag + "="):
-            values.append(word[len(flag) + 1:])
-    return values
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,7 +107,7 @@ class Shrinker:
     that has a partition and fits their slots, and the launch command filled in for them."""
 
     def __init__(self, args: argparse.Namespace, checkpoint_dir: str):
-        from gnn_dist.hosts import DEFAULT_PROBE, parse_parts_for, read_hosts_file
+        from gnn_dist.comm.hosts import DEFAULT_PROBE, parse_parts_for, read_hosts_file
 
         self.hosts = read_hosts_file(args.hosts_file)
         self.parts_for = parse_parts_for(args.parts_for)
@@ -127,7 +118,7 @@ class Shrinker:
 
     def launch(self, command: list[str]) -> list[str] | str:
         """The command for this launch, or the line that says why no launch is possible."""
-        from gnn_dist.hosts import answering, hydra_hosts, largest_that_fits, open_mpi_hostfile, place
+        from gnn_dist.comm.hosts import answering, hydra_hosts, largest_that_fits, open_mpi_hostfile, place
 
         alive, silent = answering(self.hosts, self.probe)
         slots = sum(host.slots for host in alive)
@@ -157,7 +148,7 @@ class Shrinker:
 
 
 def supervise(argv: list[str]) -> int:
-    from gnn_dist.checkpoint import newest_checkpoint_epoch
+    from gnn_dist.resilience.checkpoint import newest_checkpoint_epoch
 
     args, command = parse_args(argv)
     checkpoint_dir = (option_values(command, "--checkpoint-dir") or [None])[-1]  # the last wins, as in argparse

@@ -3,7 +3,7 @@
 The training loop and the halo exchange call `beat(step)` as they go. When a
 peer dies without an MPI error, a link is cut, or a collective never
 completes, the beats stop; the watchdog then prints which step stalled (and
-which peers no longer answer: gnn_dist.peers) and aborts the whole job, so
+which peers no longer answer: gnn_dist.comm.peers) and aborts the whole job, so
 nothing is left waiting forever.
 
 `--timeout auto` (the default) fits the limit to the job instead of one number

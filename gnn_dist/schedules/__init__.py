@@ -40,9 +40,12 @@ Input-feature halos are fetched once at start-up under every schedule.
 
 The contract every schedule keeps, and how to add one, is in gnn_dist.schedules.base
 (and docs/extending.md).
+
+May import: halo, kernels, plugins
 """
-from gnn_dist.discovery import import_modules_of
-from gnn_dist.schedules.base import Schedule, layer_slot, parse_schedule, register_schedule, schedule_for_model, schedule_forms
+from gnn_dist.plugins.registry import import_modules_of
+from gnn_dist.schedules.base import Schedule, layer_slot, register_schedule, schedule_forms
+from gnn_dist.schedules.spec import parse_schedule, schedule_for_model
 
 # Every module of this folder registers its schedule when imported; exact, the reference, is listed first.
 import_modules_of(__name__, __path__, first=("base", "exact"))

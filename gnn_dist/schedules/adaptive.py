@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gnn_dist.halo_blocks import BlockPass
+from gnn_dist.halo.blocks import BlockPass
 from gnn_dist.schedules.base import Schedule, register_schedule
 from gnn_dist.schedules.renormalise import RowRenormaliser
 

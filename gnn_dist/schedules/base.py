@@ -2,7 +2,7 @@
 
 A schedule decides, per layer (slot) and training epoch, what the forward and
 backward of a hidden layer's halo exchange send. The halo exchanger
-(gnn_dist.halo.HaloExchanger, `ex` below) calls it; a schedule talks to the
+(gnn_dist.halo.exchange.HaloExchanger, `ex` below) calls it; a schedule talks to the
 wire only through `ex` (exact_forward / exact_backward, send_rows, send_flags,
 new_full, buffer) and counts rows it does not send in `ex.counters.halo_rows_skipped`.
 
@@ -12,7 +12,7 @@ new_full, buffer) and counts rows it does not send in `ex.counters.halo_rows_ski
     backward(ex, slot, grad_full, info) -> grad_owned
         grad_full: the gradient of `full`; returns [n_owned, width], the owned
         rows' gradient with what the halo's owners sent back added in.
-    block_pass(ex, slot, x_owned)    a BlockPass (gnn_dist.halo_blocks): what each halo block of slot carries
+    block_pass(ex, slot, x_owned)    a BlockPass (gnn_dist.halo.blocks): what each halo block of slot carries
                                      this pass with --halo-memory sequential, and what it is aggregated with.
                                      A schedule without one is refused with sequential halos.
     reweights_rows                   whether the schedule may leave halo rows out of an aggregation and reweight
@@ -56,7 +56,7 @@ from typing import ClassVar
 
 import torch
 
-_SCHEDULES: dict[str, type] = {}
+SCHEDULES: dict[str, type] = {}  # kind -> class (parse a SPEC with gnn_dist.schedules.spec)
 
 
 class Schedule:
@@ -82,7 +82,7 @@ class Schedule:
         raise NotImplementedError
 
     def block_pass(self, ex, slot: str, x_owned: torch.Tensor):
-        """What slot's halo blocks carry in this pass with sequential halos (gnn_dist.halo_blocks.BlockPass)."""
+        """What slot's halo blocks carry in this pass with sequential halos (gnn_dist.halo.blocks.BlockPass)."""
         raise NotImplementedError
 
     @property
@@ -143,44 +143,11 @@ def register_schedule(schedule_class: type) -> type:
     kind = schedule_class.kind
     if not kind or ":" in kind:
         raise ValueError(f"{schedule_class.__name__} needs a class attribute `kind` without a colon")
-    if kind in _SCHEDULES and _SCHEDULES[kind] is not schedule_class:
+    if kind in SCHEDULES and SCHEDULES[kind] is not schedule_class:
         raise ValueError(f"--schedule {kind} is registered twice")
-    _SCHEDULES[kind] = schedule_class
+    SCHEDULES[kind] = schedule_class
     return schedule_class
 
 
 def schedule_forms() -> str:
-    return ", ".join(cls.form for cls in _SCHEDULES.values())
-
-
-def schedule_for_model(spec: str, seed: int, exchanged_layers: int) -> Schedule:
-    """The schedule a model with `exchanged_layers` exchanged layers runs: parse_schedule's, with a rule whose
-    layers differ (plain `pipeline` keeps its last exchanged layer exact) spelled out one schedule per layer."""
-    schedule = parse_schedule(spec, seed)
-    layers = schedule.per_layer(exchanged_layers)
-    if all(layer is schedule for layer in layers):
-        return schedule
-    from gnn_dist.schedules.layered import LayeredSchedule
-
-    return LayeredSchedule(layers)
-
-
-def parse_schedule(spec: str, seed: int = 0) -> Schedule:
-    """The schedule named by a --schedule SPEC; a bad SPEC raises ValueError listing the valid forms.
-
-    A SPEC with commas names one schedule per exchanged layer (gnn_dist.schedules.layered)."""
-    if "," in spec:
-        from gnn_dist.schedules.layered import LayeredSchedule
-
-        return LayeredSchedule([parse_schedule(entry.strip(), seed) for entry in spec.split(",")])
-    kind, colon, arg = spec.partition(":")
-    schedule = None
-    if kind in _SCHEDULES:
-        try:
-            schedule = _SCHEDULES[kind].parse(arg if colon else None, seed)
-        except ValueError:
-            schedule = None
-    if schedule is None:
-        raise ValueError(f"bad --schedule {spec!r}: valid forms: {schedule_forms()}, or one of them per exchanged "
-                         f"layer, comma-separated")
-    return schedule
+    return ", ".join(cls.form for cls in SCHEDULES.values())

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gnn_dist.halo_blocks import BlockPass
-from gnn_dist.keyed_random import mix32, stream_key, wrap_int32
+from gnn_dist.halo.blocks import BlockPass
+from gnn_dist.kernels.keyed_random import mix32, stream_key, wrap_int32
 from gnn_dist.schedules.base import Schedule, register_schedule
 from gnn_dist.schedules.exact import ExactSchedule
 from gnn_dist.schedules.renormalise import RowRenormaliser

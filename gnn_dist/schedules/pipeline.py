@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gnn_dist.halo_blocks import BlockPass
+from gnn_dist.halo.blocks import BlockPass
 from gnn_dist.schedules.base import Schedule, register_schedule
 from gnn_dist.schedules.exact import ExactSchedule
 

@@ -13,7 +13,7 @@ from collections.abc import Hashable
 
 import torch
 
-from gnn_dist.halo_blocks import row_masses
+from gnn_dist.halo.blocks import row_masses
 
 
 class RowRenormaliser:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gnn_dist.halo_blocks import BlockPass
+from gnn_dist.halo.blocks import BlockPass
 from gnn_dist.schedules.base import Schedule, register_schedule
 from gnn_dist.schedules.exact import ExactSchedule
 

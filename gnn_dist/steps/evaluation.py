@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from gnn_dist.context import RankContext
-from gnn_dist.local_graph import LocalGraph
-from gnn_dist.training.state import RankState, sum_over_ranks
+from gnn_dist.graph.local_graph import LocalGraph
+from gnn_dist.steps.state import RankState, sum_over_ranks
 
 
 @torch.no_grad()

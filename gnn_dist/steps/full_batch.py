@@ -13,8 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from gnn_dist.training.gradients import flat_buffer, sync_gradients
-from gnn_dist.training.state import TrainingDiverged
+from gnn_dist.steps.gradients import flat_buffer, sync_gradients
+from gnn_dist.steps.state import TrainingDiverged
 
 
 class FullBatchMode:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from gnn_dist.flat import pack_into, unpack_from
+from gnn_dist.steps.flat import pack_into, unpack_from
 
 
 def flat_buffer(params: list[torch.Tensor], extras: int, device: torch.device | None = None) -> torch.Tensor:

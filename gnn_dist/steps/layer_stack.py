@@ -4,13 +4,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gnn_dist.batch_norm import DistBatchNorm
 from gnn_dist.config import ModelConfig
-from gnn_dist.dropout import keyed_dropout
-from gnn_dist.halo import HaloExchanger
-from gnn_dist.keyed_random import stream_key
-from gnn_dist.local_graph import LocalGraph
+from gnn_dist.graph.local_graph import LocalGraph
+from gnn_dist.halo.exchange import HaloExchanger
+from gnn_dist.kernels.keyed_random import stream_key
 from gnn_dist.models import model_class
+from gnn_dist.nn.batch_norm import DistBatchNorm
+from gnn_dist.nn.dropout import keyed_dropout
 from gnn_dist.schedules import layer_slot
 
 
@@ -70,7 +70,7 @@ class LayerStack(nn.Module):
                          halo_source=halo_source)
             elif k == 0 and self.training and p > 0 and _has_sparse_copy(conv, h):
                 # Mostly-zero features with their CSR copy: the dropout is drawn at the non-zeros only and the
-                # product is taken from the dropped-out copy (gnn_dist.sparse_features); no dense copy is made.
+                # product is taken from the dropped-out copy (gnn_dist.nn.sparse_features); no dense copy is made.
                 sparse = conv.input_features
                 conv.input_features = sparse.dropped_out(graph.column_ids, key, p)
                 try:
@@ -174,5 +174,5 @@ def forward_blocks(model: LayerStack, x_src: torch.Tensor, operators: list, node
 
 
 def _has_sparse_copy(conv, x_full: torch.Tensor) -> bool:
-    """Whether the first layer holds the CSR copy of exactly these features (gnn_dist.sparse_features)."""
+    """Whether the first layer holds the CSR copy of exactly these features (gnn_dist.nn.sparse_features)."""
     return conv.input_features is not None and x_full is conv.input_features.dense

@@ -8,17 +8,17 @@ with none runs empty steps, still answering sampling and feature requests),
 so no rank waits at a collective. Gradients of the summed loss are summed
 with one Allreduce per step, which also carries the global number of seeds
 that scales them. Validation and test accuracy come from the exact
-full-batch forward (gnn_dist.training.evaluation.evaluate).
+full-batch forward (gnn_dist.steps.evaluation.evaluate).
 
 What a batch is and what its loss is belong to the task: `MiniBatchMode`
 draws batches of training nodes and scores them with cross-entropy;
-link prediction's mode (gnn_dist.training.link_mini_batch) overrides
+link prediction's mode (gnn_dist.link.mini_batch) overrides
 `training_items`, `batch_seeds` and `batch_loss` to draw positive edges and
 score pairs. Sampling, feature fetching, the cache and the gradient
 synchronisation are shared.
 
 Step k+1's batch is prepared (sampled, gathered, its copies to the device
-queued: gnn_dist.staging.BatchMover) between step k's backward and its
+queued: gnn_dist.comm.staging.BatchMover) between step k's backward and its
 gradient allreduce, so on a GPU the host's sampling overlaps the device's
 compute. Every rank prepares in the same order, so the sampler's collectives
 still pair up, and the draws are keyed by (epoch, step), so the order changes
@@ -33,15 +33,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnn_dist.feature_store import FeatureStore
-from gnn_dist.keyed_random import sampled_stream_key
-from gnn_dist.layer_stack import forward_blocks
+from gnn_dist.comm.staging import BatchMover, staging_forced
+from gnn_dist.graph.feature_store import FeatureStore
+from gnn_dist.graph.sampler import DistributedSampler
+from gnn_dist.kernels.keyed_random import sampled_stream_key
 from gnn_dist.models import model_class
-from gnn_dist.sampler import DistributedSampler
-from gnn_dist.staging import BatchMover, staging_forced
-from gnn_dist.training.full_batch import check_finite
-from gnn_dist.training.gradients import flat_buffer, sync_gradients
-from gnn_dist.training.state import max_over_ranks, sum_over_ranks
+from gnn_dist.steps.full_batch import check_finite
+from gnn_dist.steps.gradients import flat_buffer, sync_gradients
+from gnn_dist.steps.layer_stack import forward_blocks
+from gnn_dist.steps.state import max_over_ranks, sum_over_ranks
 
 
 @dataclasses.dataclass
@@ -49,7 +49,7 @@ class PreparedBatch:
     """A step's batch, sampled, gathered and on the device: what the step trains on."""
 
     x: torch.Tensor       # [n_nodes, F]: the input rows of every sampled node
-    blocks: list          # gnn_dist.sampler.Block, outermost level first
+    blocks: list          # gnn_dist.graph.sampler.Block, outermost level first
     node_ids: torch.Tensor  # int64 [n_nodes]: their global ids (keys of the dropout masks)
     targets: object       # what batch_loss needs of the batch
 

@@ -6,9 +6,9 @@
         def epoch_metrics(self, figures: dict, epoch_s: float) -> dict: ...
             # the mode's own per-epoch figures for the metrics record (reduced over ranks)
 
-Full-batch training (gnn_dist.training.full_batch) takes one optimiser step per
-epoch; sampled training (gnn_dist.training.mini_batch) takes many. Each owns the
-flat buffer its gradients travel in (gnn_dist.training.gradients).
+Full-batch training (gnn_dist.steps.full_batch) takes one optimiser step per
+epoch; sampled training (gnn_dist.steps.mini_batch) takes many. Each owns the
+flat buffer its gradients travel in (gnn_dist.steps.gradients).
 """
 from __future__ import annotations
 

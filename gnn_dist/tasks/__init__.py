@@ -2,8 +2,10 @@
 (gnn_dist.tasks.registry; what a task owns: gnn_dist.tasks.base).
 
 Importing this package imports every module of its folder, which registers the built-in tasks.
+
+May import: config, link, models, plugins, steps
 """
-from gnn_dist.discovery import import_modules_of
+from gnn_dist.plugins.registry import import_modules_of
 from gnn_dist.tasks.registry import register_task, task_class, task_names
 
 import_modules_of(__name__, __path__, first=("registry", "base", "node"))

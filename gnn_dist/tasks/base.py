@@ -8,7 +8,7 @@ The runtime asks the task and never branches on its name. A task is one file und
     partition_task            the `--task` the partition must have been made with (meta.json's task)
     epoch_keys                the keys evaluate() returns, in every epoch record (0.0 before the first evaluation)
     best_key                  the validation key that picks the best epoch (and the guard's collapse rule watches)
-    training_modes            --mode -> the TrainingMode class (gnn_dist.training.mode), built as cls(state, part)
+    training_modes            --mode -> the TrainingMode class (gnn_dist.steps.mode), built as cls(state, part)
     output_width()            the last layer's width
     build_model(graph, exchanger)   the LayerStack with the task's head attached (its parameters train with it)
     prepare(state, part)      load the task's data from the part into the rank's state (before the mode is built)
@@ -17,7 +17,7 @@ The runtime asks the task and never branches on its name. A task is one file und
                               step's and the evaluation's counters (collective)
     collapse_level(state)     the best_key value of a model that learnt nothing (the guard's collapse rule), or None
     final_figures(state, records)   the task's keys of the final record
-    describe()                what a resumed run must share with the checkpoint's run (gnn_dist.checkpoint)
+    describe()                what a resumed run must share with the checkpoint's run (gnn_dist.resilience.checkpoint)
     final_text(final)         the task's figures in the line `gnn-dist train` prints at the end
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Task:
         raise NotImplementedError
 
     def build_model(self, graph, exchanger):
-        from gnn_dist.layer_stack import LayerStack
+        from gnn_dist.steps.layer_stack import LayerStack
 
         return LayerStack(self.config.model, self.meta.num_features, self.output_width(), graph, exchanger,
                           self.config.seed)

@@ -10,9 +10,9 @@ lives elsewhere fetches that embedding from its owner (gnn_dist.link.row_fetch):
 from __future__ import annotations
 
 from gnn_dist.link.metrics import OGB_METRICS
+from gnn_dist.steps.state import sum_over_ranks
 from gnn_dist.tasks.base import Task, best_record
 from gnn_dist.tasks.registry import register_task
-from gnn_dist.training.state import sum_over_ranks
 
 
 @register_task
@@ -30,8 +30,8 @@ class LinkTask(Task):
 
     @property
     def training_modes(self):  # type: ignore[override]
-        from gnn_dist.training.link_full_batch import LinkFullBatchMode
-        from gnn_dist.training.link_mini_batch import LinkMiniBatchMode
+        from gnn_dist.link.full_batch import LinkFullBatchMode
+        from gnn_dist.link.mini_batch import LinkMiniBatchMode
 
         return {"full": LinkFullBatchMode, "sampled": LinkMiniBatchMode}
 

@@ -15,8 +15,8 @@ class NodeTask(Task):
 
     @property
     def training_modes(self):  # type: ignore[override]
-        from gnn_dist.training.full_batch import FullBatchMode
-        from gnn_dist.training.mini_batch import MiniBatchMode
+        from gnn_dist.steps.full_batch import FullBatchMode
+        from gnn_dist.steps.mini_batch import MiniBatchMode
 
         return {"full": FullBatchMode, "sampled": MiniBatchMode}
 
@@ -24,13 +24,13 @@ class NodeTask(Task):
         return self.meta.num_classes
 
     def prepare(self, state, part) -> None:
-        from gnn_dist.training.evaluation import majority_rate
+        from gnn_dist.steps.evaluation import majority_rate
 
         state.val_majority_rate = majority_rate(state.ctx, state.graph.y[state.graph.val_mask],
                                                 self.meta.num_classes)
 
     def evaluate(self, state) -> dict:
-        from gnn_dist.training.evaluation import evaluate
+        from gnn_dist.steps.evaluation import evaluate
 
         return evaluate(state)
 

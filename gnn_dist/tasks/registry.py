@@ -2,7 +2,7 @@
 what a task owns)."""
 from __future__ import annotations
 
-from gnn_dist.discovery import Registry
+from gnn_dist.plugins.registry import Registry
 
 TASKS = Registry("--task", "task")
 register_task = TASKS.register  # class decorator: a gnn_dist.tasks.base.Task as --task cls.name

@@ -1,6 +1,6 @@
 """The epoch loop and `train()`: training step, evaluation, metrics, checkpoints and the final record.
 
-The loop is the same for every mode: the mode (gnn_dist.training.mode)
+The loop is the same for every mode: the mode (gnn_dist.steps.mode)
 trains one epoch, then the loop evaluates, reduces the epoch's figures over
 ranks, writes the metrics record and, on schedule, a checkpoint.
 """
@@ -12,21 +12,21 @@ from pathlib import Path
 
 import torch
 
-from gnn_dist.checkpoint import save_checkpoint
+from gnn_dist.comm.peers import PeerMonitor
+from gnn_dist.comm.simulated_link import LinkModel
+from gnn_dist.comm.staging import staging_host_bytes
 from gnn_dist.config import TrainConfig, profile_range
 from gnn_dist.context import RankContext
 from gnn_dist.device import peak_device_bytes
 from gnn_dist.log import rank_logger
+from gnn_dist.memory.rss import PhasePeaks, peak_rss_bytes, release_free_heap, use_workspace
 from gnn_dist.metrics import summarise
-from gnn_dist.peers import PeerMonitor
-from gnn_dist.rss import PhasePeaks, peak_rss_bytes, release_free_heap, use_workspace
-from gnn_dist.simulated_link import LinkModel
-from gnn_dist.staging import staging_host_bytes
-from gnn_dist.supervise import first_num_parts, restarts_so_far
-from gnn_dist.training.evaluation import write_predictions
-from gnn_dist.training.faults import maybe_inject_failure
+from gnn_dist.resilience.checkpoint import save_checkpoint
+from gnn_dist.resilience.faults import maybe_inject_failure
+from gnn_dist.resilience.supervise import first_num_parts, restarts_so_far
+from gnn_dist.steps.evaluation import write_predictions
+from gnn_dist.steps.state import RankState, max_over_ranks, sum_over_ranks
 from gnn_dist.training.setup import setup
-from gnn_dist.training.state import RankState, max_over_ranks, sum_over_ranks
 
 
 def run_epochs(state: RankState) -> list[dict]:

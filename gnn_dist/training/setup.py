@@ -18,35 +18,37 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnn_dist import sparse_features
-from gnn_dist.checkpoint import graph_identity, load_checkpoint
-from gnn_dist.codec import make_codec
-from gnn_dist.comm import first_failure
+from gnn_dist.comm.codec import make_codec
+from gnn_dist.comm.communicator import first_failure
+from gnn_dist.comm.peers import PeerMonitor
+from gnn_dist.comm.simulated_link import LinkModel, ModelledLinkComm
 from gnn_dist.config import FEATURE_DTYPES, TrainConfig
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.device import HOST, device_comm, rank_device
-from gnn_dist.flat import pack_into, unpack_from
-from gnn_dist.halo import HaloExchanger, HaloPlan
-from gnn_dist.halo_overlap import agreed_overlap
-from gnn_dist.halo_shared import SharedHalo
-from gnn_dist.host_memory import RankMemory, available_memory_bytes, host_budget_bytes, memory_refusal
-from gnn_dist.host_plan import plan_host
+from gnn_dist.graph.local_graph import LocalGraph
+from gnn_dist.halo.exchange import HaloExchanger
+from gnn_dist.halo.overlap import agreed_overlap
+from gnn_dist.halo.plan import HaloPlan
+from gnn_dist.halo.shared import SharedHalo
 from gnn_dist.kernels.native import native_module
-from gnn_dist.local_graph import LocalGraph
 from gnn_dist.log import rank_logger
-from gnn_dist.memory_plan import plan_config_of, plan_part
+from gnn_dist.memory.host import RankMemory, available_memory_bytes, host_budget_bytes, memory_refusal
+from gnn_dist.memory.rss import current_rss_bytes
 from gnn_dist.metrics import MetricsWriter
+from gnn_dist.models import model_class
+from gnn_dist.nn import sparse_features
 from gnn_dist.partition.format import load_meta, load_part, part_shape
 from gnn_dist.partition_report import edge_imbalance_warning
-from gnn_dist.peers import PeerMonitor
-from gnn_dist.rss import current_rss_bytes
+from gnn_dist.plan.host import plan_host
+from gnn_dist.plan.memory import plan_config_of, plan_part
+from gnn_dist.resilience.checkpoint import graph_identity, load_checkpoint
+from gnn_dist.resilience.watchdog import NoWatchdog, Watchdog
 from gnn_dist.schedules import parse_schedule, schedule_for_model
-from gnn_dist.simulated_link import LinkModel, ModelledLinkComm
+from gnn_dist.steps.flat import pack_into, unpack_from
+from gnn_dist.steps.gradients import flat_buffer
+from gnn_dist.steps.state import RankState, sum_over_ranks
 from gnn_dist.tasks import task_class
-from gnn_dist.training.gradients import flat_buffer
 from gnn_dist.training.guard import DivergenceGuard
-from gnn_dist.training.state import RankState, sum_over_ranks
-from gnn_dist.watchdog import NoWatchdog, Watchdog
 
 
 def agree_on_setup(ctx: RankContext, build) -> object:
@@ -67,7 +69,7 @@ def agree_on_setup(ctx: RankContext, build) -> object:
 
 
 def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = None) -> RankState:
-    """peers: the rank's watch over its neighbours (gnn_dist.peers; train() starts it), named by the watchdog when
+    """peers: the rank's watch over its neighbours (gnn_dist.comm.peers; train() starts it), named by the watchdog when
     it finds the job stalled."""
     torch.set_num_threads(config.threads)
 
@@ -119,14 +121,14 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     if config.halo_memory == "sequential":
         blocked_by = (np.array(ctx.comm.allgather_object(plan.send_counts.tolist()), dtype=np.int64),
                       config.halo_block_rows)
-    graph = LocalGraph.from_part(part, config.model.model, whole_operator=config.mode == "full",
+    graph = LocalGraph.from_part(part, model_class(config.model.model).normalise, whole_operator=config.mode == "full",
                                  blocked_by=blocked_by, device=device)
     x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)])
     if config.feature_dtype != "fp32":
         x_full = x_full.to(FEATURE_DTYPES[config.feature_dtype])
     if config.mode == "sampled":
         # Sampling and feature serving stay on the host (the keyed draw is a CPU kernel); each batch's rows
-        # move to the device when it trains (gnn_dist.training.mini_batch).
+        # move to the device when it trains (gnn_dist.steps.mini_batch).
         x_full = x_full.cpu()
     graph = dataclasses.replace(graph, x=x_full[:graph.n_owned])  # one copy of the features, not two
     if config.mode == "sampled":
@@ -184,11 +186,11 @@ def resume(state: RankState, metrics: MetricsWriter) -> None:
 
 def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task, device: torch.device = HOST,
                            shared_halo: bool = False) -> tuple[int, int | None]:
-    """Plan this rank's peak (gnn_dist.memory_plan) and refuse on every rank, before the big allocations, if any
+    """Plan this rank's peak (gnn_dist.plan.memory) and refuse on every rank, before the big allocations, if any
     host's ranks would not fit (or a rank would pass --memory-limit). On a GPU the host's plan (the process,
     the part file, the pinned staging buffers) is checked against the host, and the device's plan (every
     tensor training makes) against the GPU: the ranks sharing each GPU must fit in what it has free.
-    shared_halo: whether the job's overlapped exchanges go through shared memory (gnn_dist.halo_shared).
+    shared_halo: whether the job's overlapped exchanges go through shared memory (gnn_dist.halo.shared).
     Returns this rank's predicted peaks: (host bytes, device bytes or None)."""
     shape, plan_config = part_shape(part), plan_config_of(config)
     plan_config = dataclasses.replace(plan_config, device=device.type,
