@@ -22,7 +22,7 @@ if ! dpkg -s $APT_PACKAGES >/dev/null 2>&1; then
     fi
 fi
 stamp="$VENV/.gnn-dist-installed"
-want="torch=$TORCH_VERSION $(sha256sum pyproject.toml | cut -c1-16)"
+want="torch=$TORCH_VERSION $(cat pyproject.toml setup.py | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     exit 0
 fi

@@ -3,9 +3,9 @@ defaults that live in one place, and an install that claims only the gnn_dist na
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -15,16 +15,16 @@ from torch import nn
 
 from gnn_dist import ModelConfig, SampledConfig, TrainConfig, register_model, register_schedule
 from gnn_dist.cli import build_parser
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.config import train_config_from_args
 from gnn_dist.context import RankContext
 from gnn_dist.kernels.spmm import SparseOperator
-from gnn_dist.memory_plan import PlanConfig
 from gnn_dist.models.base import DistConv, glorot_
 from gnn_dist.partition.datasets import load_dataset
+from gnn_dist.plan.memory import PlanConfig
 from gnn_dist.schedules import Schedule
-from gnn_dist.simulated_ranks import run_fake_ranks
+from gnn_dist.steps.evaluation import gather_logits
 from gnn_dist.training import setup, train
-from gnn_dist.training.evaluation import gather_logits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -185,23 +185,13 @@ def test_the_core_does_not_import_the_benchmarks():
 @pytest.mark.parametrize("name", ["kernels", "benchmarks", "partition"])
 def test_no_top_level_name_but_gnn_dist_is_importable(tmp_path, name):
     # From outside the checkout (whose folders python -m would otherwise find on the path).
-    found = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=tmp_path, capture_output=True, text=True)
+    # PYTHONPATH (set where another checkout runs its tests, scripts/mutants.py) would put a checkout's root on the
+    # path; the question is what an installation claims.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    found = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=tmp_path, capture_output=True, text=True,
+                           env=env)
     assert found.returncode != 0 and f"No module named '{name}'" in found.stderr
-    assert subprocess.run([sys.executable, "-c", f"import gnn_dist.{name}"], cwd=tmp_path).returncode == 0
-
-
-@pytest.mark.slow
-def test_the_wheel_installs_only_the_gnn_dist_package(tmp_path):
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                            "--wheel-dir", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr
-    (wheel,) = tmp_path.glob("gnn_dist-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    tops = {name.split("/")[0] for name in names}
-    assert tops == {"gnn_dist", next(t for t in tops if t.endswith(".dist-info"))}, tops
-    for module in ("gnn_dist/partition/format.py", "gnn_dist/kernels/native_kernels.cpp",
-                   "gnn_dist/benchmarks/harness.py", "gnn_dist/models/gcn.py", "gnn_dist/schedules/stale.py"):
-        assert module in names
+    assert subprocess.run([sys.executable, "-c", f"import gnn_dist.{name}"], cwd=tmp_path, env=env).returncode == 0
 
 
 def test_no_module_of_the_runtime_is_over_400_lines():
