@@ -11,7 +11,11 @@ from gnn_dist.halo.blocks import BlockPass
 
 
 class ExactExchange:
-    """Every halo row forward, every halo gradient back; no state, nothing cached, nothing reweighted."""
+    """Every halo row forward, every halo gradient back; no state, nothing cached, nothing reweighted.
+
+    It answers what the exchanger and the layers ask of the schedule of a pass (gnn_dist.schedules.base lists
+    the whole protocol; a registered schedule's caches, state and predictions come from there).
+    """
 
     kind = "exact"
     reweights_rows = False
@@ -37,17 +41,7 @@ class ExactExchange:
         return self
 
     def drain(self, ex) -> None:
-        """Nothing is ever left in flight."""
-
-    def reset(self) -> None:
-        """Nothing is cached."""
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, tensors: dict) -> None:
-        if tensors:
-            raise ValueError("the exact exchange has no state to restore")
+        """Nothing is ever left in flight (the exchanger drains its schedule before the job ends)."""
 
 
 EXACT = ExactExchange()  # stateless: one object serves every exchanger
