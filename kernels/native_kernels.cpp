@@ -266,10 +266,10 @@ torch::Tensor masked_scale(torch::Tensor grad, torch::Tensor mask, double scale)
   return out;
 }
 
-// 3. Uniform neighbour sampling without replacement, the kernel of gnn_dist/sampling.py's
-// sample_owned: candidate u of target v scores splitmix(splitmix(orig(v) ^ key) ^ orig(u)),
-// and the `fanout` smallest scores win, listed in ascending (score, CSR position) order:
-// exactly the numpy path's stable lexsort, so both paths pick the same neighbours.
+// 3. Uniform neighbour sampling without replacement, the kernel of gnn_dist/graph/sampler.py's
+// sample_owned: candidate u of target v scores splitmix(splitmix(orig(v) ^ key) ^ orig(u)), and the
+// `fanout` smallest scores win (ties by CSR position), listed in CSR order: exactly the numpy path's
+// choice. A row with at most `fanout` neighbours keeps them all, so its scores are never computed.
 static inline uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -291,8 +291,8 @@ std::vector<torch::Tensor> sample_rows(torch::Tensor indptr, torch::Tensor indic
   const int64_t* co = col_orig.data_ptr<int64_t>();
   auto counts = torch::empty({m}, rows.options());
   int64_t* cp = counts.data_ptr<int64_t>();
-  auto offsets = torch::empty({m + 1}, rows.options());
-  int64_t* op = offsets.data_ptr<int64_t>();
+  std::vector<int64_t> offsets(m + 1);
+  int64_t* op = offsets.data();
   op[0] = 0;
   for (int64_t r = 0; r < m; ++r) {
     cp[r] = std::min<int64_t>(ip[rp[r] + 1] - ip[rp[r]], fanout);
@@ -302,79 +302,114 @@ std::vector<torch::Tensor> sample_rows(torch::Tensor indptr, torch::Tensor indic
   int64_t* pp = picked.data_ptr<int64_t>();
   const uint64_t k = static_cast<uint64_t>(key);
   at::parallel_for(0, m, 256, [&](int64_t begin, int64_t end) {
-    std::vector<std::pair<uint64_t, int64_t>> cand;  // (score, CSR position)
+    std::vector<std::pair<uint64_t, int64_t>> cand;  // (score, CSR position), reused across rows
     for (int64_t r = begin; r < end; ++r) {
       const int64_t start = ip[rp[r]], stop = ip[rp[r] + 1];
-      const uint64_t target = splitmix64(static_cast<uint64_t>(ro[r]) ^ k);
-      cand.clear();
-      for (int64_t e = start; e < stop; ++e)
-        cand.emplace_back(splitmix64(target ^ static_cast<uint64_t>(co[ix[e]])), e);
       const int64_t take = cp[r];
-      if (take < static_cast<int64_t>(cand.size()))
-        std::partial_sort(cand.begin(), cand.begin() + take, cand.end());
-      else
-        std::sort(cand.begin(), cand.end());
-      for (int64_t j = 0; j < take; ++j) pp[op[r] + j] = ix[cand[j].second];
+      int64_t* out = pp + op[r];
+      if (stop - start <= take) {
+        for (int64_t e = start; e < stop; ++e) *out++ = ix[e];
+        continue;
+      }
+      const uint64_t target = splitmix64(static_cast<uint64_t>(ro[r]) ^ k);
+      cand.resize(stop - start);
+      for (int64_t e = start; e < stop; ++e)
+        cand[e - start] = {splitmix64(target ^ static_cast<uint64_t>(co[ix[e]])), e};
+      std::nth_element(cand.begin(), cand.begin() + (take - 1), cand.end());
+      std::sort(cand.begin(), cand.begin() + take,
+                [](const std::pair<uint64_t, int64_t>& a, const std::pair<uint64_t, int64_t>& b) {
+                  return a.second < b.second;
+                });
+      for (int64_t j = 0; j < take; ++j) out[j] = ix[cand[j].second];
     }
   });
   return {counts, picked};
 }
 
-// 4. Relabelling of one sampled hop: `new` = sorted unique sources absent from `nodes` (numpy's
-// setdiff1d), and each source's position in the next level [nodes | new]. Open addressing on
-// the 64-bit ids replaces the sorts and binary searches of the numpy path.
-struct IdTable {
-  std::vector<int64_t> keys, vals;
-  uint64_t mask;
-  explicit IdTable(int64_t n) {
-    uint64_t cap = 16;
-    while (cap < static_cast<uint64_t>(2 * n + 1)) cap <<= 1;
-    keys.assign(cap, -1);
-    vals.assign(cap, 0);
-    mask = cap - 1;
+// 4. Relabelling of a sample's hops: the batch's seeds are level 0; each hop's sources that no earlier
+// level holds become the next level's new nodes, in order of first appearance, and every source gets its
+// position in [all levels so far | new]. One open-addressing table on the 64-bit ids serves a whole
+// sample, so a hop inserts only what it adds (the frontier grows ~10x per hop: adding the previous levels
+// again each hop was most of the relabelling's time), one probe per source; and the sampler keeps one table
+// for all its samples, clearing only the slots a sample filled.
+class Relabel {
+ public:
+  Relabel() { grow(1 << 12); }
+
+  // Start a sample: the seeds are level 0 (a repeated seed's sources point at its last copy).
+  void reset(torch::Tensor seeds) {
+    on_host({seeds}, "Relabel.reset");
+    TORCH_CHECK(seeds.scalar_type() == torch::kInt64 && seeds.is_contiguous(), "Relabel: contiguous int64 seeds");
+    for (const uint64_t h : used_) table_[h].key = -1;
+    used_.clear();
+    const int64_t n = seeds.size(0);
+    const int64_t* sp = seeds.data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (2 * (used_.size() + 1) > table_.size()) grow(2 * table_.size());
+      Entry& e = table_[find(sp[i])];
+      if (e.key == -1) claim(e, sp[i]);
+      e.val = i;
+    }
+    size_ = n;
   }
-  // Slot of id: either holding it or the empty slot where it belongs (ids are >= 0).
-  uint64_t slot(int64_t id) const {
-    uint64_t h = splitmix64(static_cast<uint64_t>(id)) & mask;
-    while (keys[h] != -1 && keys[h] != id) h = (h + 1) & mask;
+
+  // (new: the sources no level holds yet, in order of first appearance; positions of every source).
+  std::vector<torch::Tensor> extend(torch::Tensor sources) {
+    on_host({sources}, "Relabel.extend");
+    TORCH_CHECK(sources.scalar_type() == torch::kInt64 && sources.is_contiguous(), "Relabel: contiguous int64");
+    const int64_t s = sources.size(0);
+    const int64_t* sp = sources.data_ptr<int64_t>();
+    auto positions = torch::empty({s}, sources.options());
+    int64_t* pos = positions.data_ptr<int64_t>();
+    const int64_t before = size_;
+    std::vector<int64_t> fresh;
+    for (int64_t j = 0; j < s; ++j) {
+      if (2 * (used_.size() + 1) > table_.size()) grow(2 * table_.size());
+      Entry& e = table_[find(sp[j])];
+      if (e.key == -1) {
+        claim(e, sp[j]);
+        e.val = size_++;
+        fresh.push_back(sp[j]);
+      }
+      pos[j] = e.val;
+    }
+    auto added = torch::empty({size_ - before}, sources.options());
+    std::copy(fresh.begin(), fresh.end(), added.data_ptr<int64_t>());
+    return {added, positions};
+  }
+
+ private:
+  struct Entry {
+    int64_t key = -1;  // ids are >= 0
+    int64_t val = 0;
+  };
+  std::vector<Entry> table_;
+  std::vector<uint64_t> used_;  // the slots this sample filled (cleared by the next reset)
+  uint64_t mask_ = 0;
+  int64_t size_ = 0;
+
+  uint64_t find(int64_t id) const {  // the slot holding id, or the empty slot where it belongs
+    uint64_t h = splitmix64(static_cast<uint64_t>(id)) & mask_;
+    while (table_[h].key != -1 && table_[h].key != id) h = (h + 1) & mask_;
     return h;
   }
-};
-
-std::vector<torch::Tensor> relabel_hop(torch::Tensor nodes, torch::Tensor sources) {
-  on_host({nodes, sources}, "relabel_hop");
-  TORCH_CHECK(nodes.scalar_type() == torch::kInt64 && sources.scalar_type() == torch::kInt64 &&
-              nodes.is_contiguous() && sources.is_contiguous(), "relabel_hop: contiguous int64 inputs");
-  const int64_t n = nodes.size(0), s = sources.size(0);
-  const int64_t* np_ = nodes.data_ptr<int64_t>();
-  const int64_t* sp = sources.data_ptr<int64_t>();
-  IdTable table(n + s);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t h = table.slot(np_[i]);
-    table.keys[h] = np_[i];
-    table.vals[h] = i;
+  void claim(Entry& e, int64_t id) {
+    e.key = id;
+    used_.push_back(static_cast<uint64_t>(&e - table_.data()));
   }
-  std::vector<int64_t> fresh;
-  for (int64_t j = 0; j < s; ++j) {
-    const uint64_t h = table.slot(sp[j]);
-    if (table.keys[h] == -1) {
-      table.keys[h] = sp[j];
-      table.vals[h] = -1;  // new, position assigned after sorting
-      fresh.push_back(sp[j]);
+  void grow(size_t capacity) {  // a power of two, at most half full
+    std::vector<Entry> old(capacity);
+    old.swap(table_);
+    mask_ = capacity - 1;
+    std::vector<uint64_t> slots;
+    slots.swap(used_);
+    for (const uint64_t h : slots) {
+      Entry& e = table_[find(old[h].key)];
+      claim(e, old[h].key);
+      e.val = old[h].val;
     }
   }
-  std::sort(fresh.begin(), fresh.end());
-  auto added = torch::empty({static_cast<int64_t>(fresh.size())}, nodes.options());
-  int64_t* ap = added.data_ptr<int64_t>();
-  for (size_t j = 0; j < fresh.size(); ++j) {
-    ap[j] = fresh[j];
-    table.vals[table.slot(fresh[j])] = n + static_cast<int64_t>(j);
-  }
-  auto positions = torch::empty({s}, nodes.options());
-  int64_t* pos = positions.data_ptr<int64_t>();
-  for (int64_t j = 0; j < s; ++j) pos[j] = table.vals[table.slot(sp[j])];
-  return {added, positions};
-}
+};
 
 // 5. Graph attention (GAT) over a CSR of destination rows: for row i, head h and entry k (column j),
 //      z = a_src[j, h] + a_dst[i, h],  e = leaky_relu(z, slope),  alpha = softmax of e over the row,
@@ -631,7 +666,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("release_workspace", &release_workspace, "unmap the workspace's cached blocks");
   m.def("attention_forward", &attention_forward, "GAT edge softmax and aggregation over a CSR", without_gil);
   m.def("attention_backward", &attention_backward, "its backward, recomputing the attention", without_gil);
-  m.def("relabel_hop", &relabel_hop, "positions of a hop's sources in [nodes | new sources]", without_gil);
+  py::class_<Relabel>(m, "Relabel")
+      .def(py::init<>(), "the relabelling of a sampler's samples, one at a time")
+      .def("reset", &Relabel::reset, "start a sample: its seeds are level 0", without_gil)
+      .def("extend", &Relabel::extend, "a hop's new nodes and every source's position", without_gil);
   m.def("sample_rows", &sample_rows, "keyed uniform neighbour sampling without replacement", without_gil);
   m.def("csr_spmm", &csr_spmm, "CSR sparse x dense (+ bias)", without_gil);
   m.def("csr_spmm_into", &csr_spmm_into, "rows of a CSR product from per-row entry ranges, into y (or added)",

@@ -12,7 +12,7 @@ from gnn_dist.config import ModelConfig, SampledConfig, TrainConfig
 from gnn_dist.context import RankContext
 from gnn_dist.graph import feature_store
 from gnn_dist.graph.feature_store import FeatureStore
-from gnn_dist.graph.sampler import DistributedSampler, relabel_hop, sample_key
+from gnn_dist.graph.sampler import DistributedSampler, Relabel, sample_key
 from gnn_dist.kernels.native import native_module
 from gnn_dist.partition.datasets import load_dataset
 from gnn_dist.partition.format import load_node_map, load_part
@@ -231,22 +231,37 @@ def test_native_sampler_draws_exactly_what_the_numpy_path_draws(partitioned):
     assert all(checked > 1000 for checked in run_fake_ranks(2, rank_fn))
 
 
-def test_native_relabel_matches_numpy(monkeypatch):
+def test_native_relabel_matches_numpy_over_several_hops(monkeypatch):
     if native_module() is None:
         pytest.skip("native kernels unavailable (no C++ compiler): only the numpy relabel runs here")
     rng = np.random.default_rng(0)
-    for n_nodes, n_sources in ((0, 0), (0, 50), (40, 0), (500, 3000), (5, 10_000)):
-        nodes = rng.choice(10**9, n_nodes, replace=False)
-        sources = np.concatenate([rng.choice(nodes, n_sources // 2) if n_nodes else np.zeros(0, np.int64),
-                                  rng.integers(0, 2000, n_sources - (n_sources // 2 if n_nodes else 0))])
-        new, src = relabel_hop(nodes, sources)
-        level = np.concatenate([nodes, new])
-        assert np.array_equal(new, np.setdiff1d(sources, nodes))
-        assert np.array_equal(level[src], sources)
-        monkeypatch.setenv("GNN_DIST_KERNEL", "torch")
-        want_new, want_src = relabel_hop(nodes, sources)
-        monkeypatch.delenv("GNN_DIST_KERNEL")
-        assert np.array_equal(new, want_new) and np.array_equal(src, want_src)
+    for n_seeds, hops in ((0, [0, 50]), (40, [0, 7]), (500, [3000, 20_000, 1]), (5, [10_000, 10_000])):
+        seeds = rng.choice(10**9, n_seeds, replace=False)
+        if n_seeds:
+            seeds[-1] = seeds[0]  # a repeated seed (a recycled batch): sources point at its last copy
+        results = {}
+        for kernel in ("native", "torch"):
+            if kernel == "torch":
+                monkeypatch.setenv("GNN_DIST_KERNEL", "torch")
+            relabel, level, got = Relabel(), seeds.copy(), []
+            relabel.reset(np.arange(5))  # a sample before: its ids must be forgotten
+            relabel.extend(np.arange(100, 20_000))
+            relabel.reset(seeds)
+            draws = np.random.default_rng(n_seeds)  # the same sources for both kernels
+            for n_sources in hops:
+                # sources: some of every level so far, some never seen (a few repeated within the hop)
+                sources = np.concatenate([draws.choice(level, n_sources // 2) if len(level) else np.zeros(0, np.int64),
+                                          draws.integers(0, 2000 + 10**6 * len(got), n_sources - n_sources // 2)])
+                new, src = relabel.extend(sources)
+                unseen = sources[~np.isin(sources, level)]
+                assert np.array_equal(new, unseen[np.sort(np.unique(unseen, return_index=True)[1])])  # first seen
+                level = np.concatenate([level, new])
+                assert np.array_equal(level[src], sources)
+                got.append((new, src))
+            results[kernel] = got
+            monkeypatch.delenv("GNN_DIST_KERNEL", raising=False)
+        for (new_a, src_a), (new_b, src_b) in zip(results["native"], results["torch"]):
+            assert np.array_equal(new_a, new_b) and np.array_equal(src_a, src_b)
 
 
 def pyg_block_logits(model: str, params: dict, x_src: torch.Tensor, blocks, labels: torch.Tensor, widths):

@@ -41,17 +41,37 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)
 
 
-def relabel_hop(nodes: np.ndarray, sources: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(new, src): the sorted unique sources not in `nodes`, and each source's position in [nodes | new]."""
-    native = native_module()
-    if native is not None:
-        new, src = native.relabel_hop(torch.from_numpy(np.ascontiguousarray(nodes, dtype=np.int64)),
-                                      torch.from_numpy(np.ascontiguousarray(sources, dtype=np.int64)))
-        return new.numpy(), src.numpy()
-    new = np.setdiff1d(sources, nodes)  # sorted, unique
-    level = np.concatenate([nodes, new])
-    order = np.argsort(level, kind="stable")
-    return new, order[np.searchsorted(level[order], sources)]
+class Relabel:
+    """A sample's levels in local positions: `reset(seeds)` makes the seeds level 0, and `extend(sources)` makes
+    a hop's sources that no level holds yet the next level's new nodes, in order of first appearance, and
+    returns (new, each source's position in [every level so far | new]). Natively one hash table serves every
+    sample of a sampler (each hop inserts only what it adds); the numpy path (no compiler, and the test
+    reference) gives exactly the same."""
+
+    def __init__(self):
+        native = native_module()
+        self._native = native.Relabel() if native is not None else None
+        self._level = np.zeros(0, dtype=np.int64)
+
+    def reset(self, seeds: np.ndarray) -> None:
+        seeds = np.ascontiguousarray(seeds, dtype=np.int64)
+        if self._native is not None:
+            self._native.reset(torch.from_numpy(seeds))
+        self._level = seeds
+
+    def extend(self, sources: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        sources = np.ascontiguousarray(sources, dtype=np.int64)
+        if self._native is not None:
+            new, src = self._native.extend(torch.from_numpy(sources))
+            return new.numpy(), src.numpy()
+        level = self._level
+        unseen = ~np.isin(sources, level)
+        distinct, first = np.unique(sources[unseen], return_index=True)
+        new = distinct[np.argsort(first, kind="stable")]  # in order of first appearance
+        self._level = level = np.concatenate([level, new])
+        order = np.argsort(level, kind="stable")
+        # a repeated seed: sources point at its last copy, as the native table keeps it
+        return new, order[np.searchsorted(level[order], sources, side="right") - 1]
 
 
 @dataclass
@@ -100,6 +120,7 @@ class DistributedSampler:
             self.partptr[owner] + part.halo_index_on_owner])
         self.local_orig = np.concatenate([part.node_ids, part.halo_ids]).astype(np.int64)
         # int64 views for the native sampler, made once (torch.from_numpy shares the memory)
+        self._relabel = Relabel()  # its table is reused by every sample
         self._csr_tensors = tuple(torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
                                   for a in (part.indptr, part.indices, part.node_ids, self.local_orig))
 
@@ -132,7 +153,7 @@ class DistributedSampler:
         # Sorting keeps rows grouped in place, so position k of `order` has the same rank within
         # its row as entry k of the CSR slices: the first `fanout` of each row win.
         rank_in_row = _ranges(np.zeros(len(local_rows), dtype=np.int64), degrees)
-        keep = order[rank_in_row < fanout]
+        keep = np.sort(order[rank_in_row < fanout])  # each row's winners in CSR order, as the native kernel lists them
         counts = np.minimum(degrees, fanout)
         return counts, self.local_to_global[neighbours[keep]]
 
@@ -148,6 +169,8 @@ class DistributedSampler:
         counts = np.zeros(len(frontier), dtype=np.int64)
         mine = np.flatnonzero(owners == self.rank)
         own_counts, own_sources = self.sample_owned(frontier[mine] - self.first, fanout, key)
+        if self.comm.size == 1:
+            return own_counts, own_sources  # every frontier node is this rank's, in frontier order
         counts[mine] = own_counts
         remote = np.zeros(0, dtype=np.int64)
         got_sources = np.zeros(0, dtype=np.int64)
@@ -174,10 +197,12 @@ class DistributedSampler:
         start = time.perf_counter()
         nodes = np.asarray(seeds_global, dtype=np.int64)
         blocks = []
+        relabel = self._relabel
+        relabel.reset(nodes)
         for hop, fanout in enumerate(self.fanouts):
             counts, sources = self.sample_hop(nodes, fanout, sample_key(self.seed, epoch, step, hop))
             dst = np.repeat(np.arange(len(nodes), dtype=np.int64), counts)
-            new, src = relabel_hop(nodes, sources)
+            new, src = relabel.extend(sources)
             level = np.concatenate([nodes, new])
             blocks.append(Block(torch.from_numpy(dst), torch.from_numpy(src), len(nodes), len(level)))
             nodes = level
