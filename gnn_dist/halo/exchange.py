@@ -13,6 +13,7 @@ epoch; a slot is the layer that owns it, so two layers never share a buffer.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -155,6 +156,25 @@ class HaloExchanger:
         if self.plan.num_parts == 1:
             return x_owned  # a single rank has no halo: nothing to copy or send
         return _HaloGather.apply(x_owned, self, slot)
+
+    def gather_inputs(self, x_owned: torch.Tensor, slot: str) -> torch.Tensor:
+        """[owned | halo] rows of the first layer's transformed inputs; differentiable. Always the exact exchange
+        in fp32, whatever the schedule and --halo-dtype: the cached input rows it stands for are exact.
+
+        Shapes: [n_owned, F] -> [n_owned + n_halo, F]
+        """
+        if self.plan.num_parts == 1:
+            return x_owned
+        return _InputGather.apply(x_owned, self, slot)
+
+    @contextlib.contextmanager
+    def plain_rows(self):
+        """Exchanges inside move fp32 rows, whatever --halo-dtype's codec."""
+        codec, self.codec = self.codec, PLAIN_ROWS
+        try:
+            yield
+        finally:
+            self.codec = codec
 
     def send_rows(self, send: torch.Tensor, send_counts: np.ndarray, recv: torch.Tensor,
                   recv_counts: np.ndarray, blocking: bool = True) -> Pending | None:
@@ -321,3 +341,23 @@ class _HaloGather(torch.autograd.Function):
         ctx.ex.activity = f"epoch {ctx.ex.epoch}: {ctx.slot} backward halo exchange"
         grad_owned = ctx.schedule.backward(ctx.ex, ctx.slot, grad_full.contiguous(), ctx.info)
         return grad_owned, None, None
+
+
+PLAIN_ROWS = Codec()  # fp32 rows as they are (stateless: one serves every exchanger)
+
+
+class _InputGather(torch.autograd.Function):
+    """The first layer's exact exchange of transformed inputs (HaloExchanger.gather_inputs)."""
+
+    @staticmethod
+    def forward(ctx, x_owned: torch.Tensor, ex: HaloExchanger, slot: str) -> torch.Tensor:  # type: ignore[override]
+        ctx.ex, ctx.slot = ex, slot
+        ex.activity = f"epoch {ex.epoch}: {slot} forward exchange of transformed inputs"
+        with ex.plain_rows():
+            return ex.exact_forward(x_owned.contiguous())
+
+    @staticmethod
+    def backward(ctx, grad_full: torch.Tensor):  # type: ignore[override]
+        ctx.ex.activity = f"epoch {ctx.ex.epoch}: {ctx.slot} backward exchange of transformed inputs"
+        with ctx.ex.plain_rows():
+            return ctx.ex.exact_backward(grad_full.contiguous()), None, None
