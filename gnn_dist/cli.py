@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "is kept)")
     p.add_argument("--mrr-negatives", type=int, default=100,
                    help="--task link: negative destinations per validation and test positive, for MRR")
+    p.add_argument("--no-reverse-relations", action="store_true",
+                   help="a typed graph (hetero:PATH, ogbn-mag, synthetic:mag): keep its relations as given, without "
+                        "the reverse of each (rev_NAME) that PyG's ToUndirected adds by default")
     p.add_argument("--download", action="store_true", help="let ogb download missing OGB files")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)

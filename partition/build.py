@@ -27,13 +27,14 @@ class PartStats:
     train: int        # owned training nodes
 
 
-def build_parts(graph: Graph, parts: np.ndarray, num_parts: int,
-                blocks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+def build_parts(graph: Graph, parts: np.ndarray, num_parts: int, blocks: np.ndarray | None = None,
+                edge_type: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[dict]]:
     """Returns (partptr int64 [P+1], node_map int64 [N] new->original id, per-part array dicts).
 
     blocks: optional int64 [N] locality block of each node inside its part
     (gnn_dist.partition.metis.locality_blocks). Each dict holds exactly the arrays of
-    the public part-file format (docs/partition-format.md).
+    the public part-file format (docs/partition-format.md). edge_type: int64 [E], the relation of each edge of a
+    typed graph (gnn_dist.partition.hetero_parts); each part then holds its CSR entries' relations too.
     """
     n = graph.num_nodes
     if blocks is None:
@@ -50,6 +51,7 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int,
     dst_new = new_of[graph.edge_index[1]]
     order = np.argsort(dst_new * n + src_new, kind="stable")
     src_new, dst_new = src_new[order], dst_new[order]
+    edge_type = None if edge_type is None else edge_type[order]
     row_start = np.searchsorted(dst_new, partptr)
 
     halos = []
@@ -97,6 +99,8 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int,
             "send_ptr": send_ptr,
             "send_idx": np.concatenate(send_lists[k]).astype(np.int64),
         })
+        if edge_type is not None:
+            arrays[-1]["edge_type"] = edge_type[row_start[k]:row_start[k + 1]].astype(np.int32)
     return partptr, node_map, arrays
 
 

@@ -47,6 +47,7 @@ def cmd_partition(args, argv: list[str]) -> int:
     from gnn_dist.partition.datasets import dataset_sizes, load_dataset
     from gnn_dist.partition.format import PartitionFormatError
     from gnn_dist.partition.graph import DatasetError
+    from gnn_dist.partition.hetero import HeteroGraph
     from gnn_dist.partition.memory_model import refusal
     from gnn_dist.partition.metis import PartitionError, check_num_parts
     from gnn_dist.partition.partitioner import partition_graph
@@ -82,6 +83,10 @@ def cmd_partition(args, argv: list[str]) -> int:
             reason = refusal(graph.sizes(), args.method, 1, 1, args.memory_limit) if sizes is None else None
             if reason:
                 return _fail("partition", reason)
+            if isinstance(graph, HeteroGraph):
+                meta = _partition_typed(graph, args)
+                _report(meta, args.out, time.perf_counter() - start, [peak_rss_bytes()], args.objective)
+                return 0
             if args.normalize_features:
                 graph = graph.with_normalized_features()
             meta = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
@@ -153,6 +158,24 @@ def cmd_partition(args, argv: list[str]) -> int:
     if comm.rank == 0:
         _report(meta, args.out, time.perf_counter() - start, peaks)
     return 0
+
+
+def _partition_typed(graph, args):
+    """A typed graph (gnn_dist.partition.hetero_parts): its relations' reverses added unless
+    --no-reverse-relations; the options that only homogeneous graphs have are refused by name."""
+    from gnn_dist.partition.graph import DatasetError
+    from gnn_dist.partition.hetero_parts import partition_typed_graph
+
+    for flag, given in (("--task link", args.task == "link"), ("--balance-edges", args.balance_edges),
+                        ("--balance-train", args.balance_train), ("--normalize-features", args.normalize_features)):
+        if given:
+            raise DatasetError(f"{flag} is not supported for a typed graph ({graph.name}) yet: drop it (each node "
+                               f"type and the training nodes are balanced already)")
+    if not args.no_reverse_relations:
+        graph = graph.with_reverse_relations()
+    return partition_typed_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
+                                 overwrite=args.overwrite, locality_block=args.locality_block,
+                                 objective=args.objective)
 
 
 def _launch(args, argv: list[str]) -> int:

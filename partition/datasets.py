@@ -309,5 +309,12 @@ def _load_chunked(arg, root, *, seed, download) -> Graph:
     return load_chunked(arg)
 
 
+@register_dataset("hetero", "hetero:PATH")
+def _load_hetero(arg, root, *, seed, download):
+    from gnn_dist.partition.hetero import load_hetero_npz  # a typed graph: gnn-dist partition adds the reverses
+
+    return load_hetero_npz(arg)
+
+
 # ogbl-* after the node datasets: error messages list the kinds in registration order
 from gnn_dist.partition import ogb_link  # noqa: E402, F401

@@ -25,8 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # version 1 predates --task: its partitions are node classification's
+FORMAT_VERSION = 3
+# version 1 predates --task (its partitions are node classification's), version 2 typed graphs (meta.hetero)
+READABLE_VERSIONS = (1, 2, 3)
 META_FILE = "meta.json"
 NODE_MAP_FILE = "node_map.npy"
 
@@ -98,6 +99,9 @@ class PartitionMeta:
     # non-zero fraction of the input features (None: not recorded); mostly-zero features get a sparse first
     # layer (gnn_dist.nn.sparse_features)
     feature_density: float | None = None
+    # a typed graph (gnn_dist.partition.hetero_parts): node_types, target, num_nodes and feature_widths per type,
+    # relations [[src, name, dst], ...] and their edge counts, reverse_relations; None: a homogeneous graph
+    hetero: dict | None = None
 
     @property
     def edge_cut(self) -> int:
@@ -284,6 +288,8 @@ def _check_arrays(path: Path, arrays: dict, meta: PartitionMeta, k: int) -> None
                                        f"{expected}: re-run gnn-dist partition")
     if meta.task == "link":
         _check_link_arrays(path, arrays, meta)
+    if meta.hetero is not None:
+        _check_typed_arrays(path, arrays, meta)
     indices = arrays["indices"]
     if indices.size and (indices.min() < 0 or indices.max() >= info.owned + info.halo):
         raise PartitionFormatError(f"{path}: CSR column out of range: re-run gnn-dist partition")
@@ -306,6 +312,31 @@ def _check_link_arrays(path: Path, arrays: dict, meta: PartitionMeta) -> None:
                                        f"{expected}: re-run gnn-dist partition --task link")
         if array.size and (array.min() < 0 or (name != "link_train_eid" and array.max() >= meta.num_nodes)):
             raise PartitionFormatError(f"{path}: {name} names nodes outside the graph: re-run gnn-dist partition")
+
+
+def type_offsets(hetero: dict) -> np.ndarray:
+    """int64 [T + 1]: the first homogeneous id of each node type, and the total."""
+    return np.concatenate([[0], np.cumsum([hetero["num_nodes"][t] for t in hetero["node_types"]])]).astype(np.int64)
+
+
+def _check_typed_arrays(path: Path, arrays: dict, meta: PartitionMeta) -> None:
+    hetero = meta.hetero
+    edge_type = arrays.get("edge_type")
+    if edge_type is None or str(edge_type.dtype) != "int32" or edge_type.shape != arrays["indices"].shape:
+        raise PartitionFormatError(f"{path}: a typed partition's part needs edge_type int32 [nnz]: re-run gnn-dist "
+                                   f"partition")
+    if edge_type.size and (edge_type.min() < 0 or edge_type.max() >= len(hetero["relations"])):
+        raise PartitionFormatError(f"{path}: edge_type names a relation outside the meta's list: re-run gnn-dist "
+                                   f"partition")
+    owned_type = np.searchsorted(type_offsets(hetero), arrays["node_ids"], side="right") - 1
+    for k, t in enumerate(hetero["node_types"]):
+        width = hetero["feature_widths"][t]
+        if not width:
+            continue
+        x = arrays.get(f"x__{t}")
+        expected = (int(np.count_nonzero(owned_type == k)), width)
+        if x is None or str(x.dtype) != "float32" or x.shape != expected:
+            raise PartitionFormatError(f"{path}: x__{t} should be float32 {expected}: re-run gnn-dist partition")
 
 
 def load_node_map(directory: str | os.PathLike) -> np.ndarray:
