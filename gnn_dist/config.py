@@ -89,6 +89,8 @@ class ModelConfig:
                            "has one")
     attn_dropout: float | None = option(None, "dropout of attention coefficients (--model gat; default: "
                                               "--dropout)", parse=float)
+    num_bases: int = option(0, "--model rgcn: share each layer's relation weights out of this many bases (basis "
+                               "decomposition; 0: one weight per relation)")
 
     def validate(self) -> None:
         model_class, model_names, one_of = _models().model_class, _models().model_names, _models().one_of
@@ -106,6 +108,10 @@ class ModelConfig:
             multi = [name for name in model_names() if model_class(name).multi_head]
             raise ValueError(f"--heads applies to attention models ({one_of(multi)}), not --model {self.model}: "
                              f"drop --heads")
+        if self.num_bases < 0:
+            raise ValueError(f"--num-bases must be 0 (no bases) or positive, got {self.num_bases}")
+        if self.num_bases and not getattr(model_class(self.model), "typed", False):
+            raise ValueError(f"--num-bases applies to --model rgcn, not --model {self.model}: drop --num-bases")
         if self.attn_dropout is not None and not 0.0 <= self.attn_dropout < 1.0:
             raise ValueError(f"--attn-dropout must lie in [0, 1), got {self.attn_dropout}")
 

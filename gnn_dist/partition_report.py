@@ -2,7 +2,7 @@
 
 Every part file is verified against its sha256 in meta.json first.
 
-May import: config, link, memory, models, partition, plan
+May import: config, hetero, link, memory, models, partition, plan
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import dataclasses
 import os
 
 from gnn_dist.config import LinkConfig, ModelConfig
+from gnn_dist.hetero.report import format_typed_report, typed_report
 from gnn_dist.memory.host import readable_bytes
 from gnn_dist.partition.format import load_meta, part_shapes, verify_part_file
 from gnn_dist.plan.host import plan_host
@@ -67,6 +68,8 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
     for k in range(meta.num_parts):
         verify_part_file(directory, meta, k)
     model = model or ModelConfig()
+    if meta.hetero is not None:
+        return _typed(directory, meta, model)
     owned = [p.owned for p in meta.parts]
     total_halo = sum(p.halo for p in meta.parts)
     mean_owned = sum(owned) / len(owned)
@@ -149,6 +152,25 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
     return report
 
 
+def _typed(directory, meta, model) -> dict:
+    """A typed partition's report: the common figures, then per type and per relation (gnn_dist.hetero.report)."""
+    owned = [p.owned for p in meta.parts]
+    total_halo = sum(p.halo for p in meta.parts)
+    typed = typed_report(directory, meta, model)
+    return {
+        "directory": str(directory), "dataset": meta.dataset, "method": meta.method, "seed": meta.seed,
+        "num_nodes": meta.num_nodes, "num_edges": meta.num_edges, "num_parts": meta.num_parts,
+        "num_features": meta.num_features, "num_classes": meta.num_classes, "task": meta.task,
+        "replication_factor": (meta.num_nodes + total_halo) / meta.num_nodes,
+        "balance": max(owned) / (sum(owned) / len(owned)), "total_halo_rows": total_halo,
+        "model": {"model": model.model, "hidden": model.hidden, "num_layers": model.num_layers},
+        "predicted_halo_bytes_per_epoch": typed["predicted_halo_bytes_per_epoch"], "memory_plan": None,
+        "parts": [{"part": k, "owned": p.owned, "halo": p.halo, "local_edges": p.local_edges,
+                   "cut_edges": p.cut_edges, "train": p.train} for k, p in enumerate(meta.parts)],
+        "typed": typed,
+    }
+
+
 def format_report(report: dict) -> str:
     lines = [
         f"{report['directory']}: {report['dataset']} split into {report['num_parts']} parts by {report['method']} "
@@ -161,6 +183,9 @@ def format_report(report: dict) -> str:
     for p in report["parts"]:
         lines.append(f"  {p['part']:>5} {p['owned']:>10,} {p['halo']:>10,} {p['local_edges']:>12,} "
                      f"{p['cut_edges']:>10,} {p['train']:>8,}")
+    if "typed" in report:
+        return "\n".join(lines + [f"  replication factor  {report['replication_factor']:.3f} (owned + halo over "
+                                   f"nodes)"] + format_typed_report(report))
     mb = report["predicted_halo_bytes_per_epoch"] / 1e6
     m = report["model"]
     lines += [

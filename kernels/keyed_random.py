@@ -11,6 +11,7 @@ checkpoint has no random state to carry. The hashes live here, one place:
     splitmix64, sample_key, edge_scores   64-bit SplitMix on numpy uint64 (the sampler's neighbour scores)
     fingerprint_words         a per-node 64-bit word of a graph's fingerprint (checkpoints), not random at all
                               but the same family of mixers
+    keyed_normal              an embedding row's initial N(0, 1) values from (seed, its id) (typed graphs)
 
 The native kernels (kernels/native_kernels.cpp) implement mix32 bit for bit.
 """
@@ -117,3 +118,17 @@ def fingerprint_words(node_ids: np.ndarray, labels: np.ndarray, degrees: np.ndar
         words *= _M3
         words ^= words >> np.uint64(29)
     return words
+
+
+def keyed_normal(ids: np.ndarray, seed: int, width: int) -> np.ndarray:
+    """float64 [len(ids), width] of standard normal values, each row a function of (seed, its id) alone: a
+    learnable embedding row's initial value (N(0, 1), as torch.nn.Embedding's), the same at every P and on
+    whichever rank owns the row. Box-Muller on two 53-bit uniforms from SplitMix64 of (seed, id, column)."""
+    ids = np.asarray(ids, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        base = splitmix64(splitmix64(np.array([seed], dtype=np.uint64) ^ np.uint64(0x6A09E667F3BCC909)) ^ ids)
+        columns = np.arange(2 * width, dtype=np.uint64)
+        words = splitmix64(base[:, None] ^ (columns[None, :] * np.uint64(0x9E3779B97F4A7C15)))
+    uniform = ((words >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)  # in (0, 1)
+    u1, u2 = uniform[:, :width], uniform[:, width:]
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)

@@ -125,7 +125,7 @@ class LocalGraph:
     blocked: BlockedOperator | None = None
 
     @classmethod
-    def from_part(cls, part: PartData, normalise: Normalise, whole_operator: bool = True,
+    def from_part(cls, part: PartData, normalise: Normalise | None, whole_operator: bool = True,
                   blocked_by: tuple[np.ndarray, int] | None = None,
                   device: torch.device = HOST) -> LocalGraph:
         """normalise: the model's (gnn_dist.models.model_class(name).normalise). whole_operator: build the

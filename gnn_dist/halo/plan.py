@@ -71,6 +71,31 @@ class HaloPlan:
         return _segments(self.recv_counts)
 
 
+    def restricted(self, halo_rows: np.ndarray, send_rows: np.ndarray, send_index: np.ndarray | None = None) -> HaloPlan:
+        """The plan of a subset of the halo: the halo rows where halo_rows (bool [n_halo]) holds, and the send rows
+        where send_rows (bool [S]) holds. Sender and receiver must pick alike (a property of the node, as its type
+        is), and then the peer slices still line up. send_index: where each kept send row is read from (default:
+        its owned row; a tensor holding only some owned rows passes their positions in it).
+
+        Used by typed graphs: embedding rows of featureless types travel every step, one type's raw features once.
+        """
+        send_rows = np.asarray(send_rows, dtype=bool)
+        halo_rows = np.asarray(halo_rows, dtype=bool)
+        device = self.device
+        kept_peer = self.send_peer.cpu().numpy()[send_rows]
+        index = self.send_idx.cpu().numpy()[send_rows] if send_index is None else np.asarray(send_index)
+        owner = self.halo_owner.cpu().numpy()[halo_rows]
+        return HaloPlan(
+            rank=self.rank, num_parts=self.num_parts, n_owned=self.n_owned, n_halo=int(halo_rows.sum()),
+            send_idx=torch.from_numpy(index.astype(np.int64)).to(device),
+            send_counts=np.bincount(kept_peer, minlength=self.num_parts).astype(np.int64),
+            recv_counts=np.bincount(owner, minlength=self.num_parts).astype(np.int64),
+            send_peer=torch.from_numpy(kept_peer.astype(np.int64)).to(device),
+            send_node_ids=self.send_node_ids[torch.from_numpy(send_rows).to(device)],
+            halo_ids=self.halo_ids[torch.from_numpy(halo_rows).to(device)],
+            halo_owner=torch.from_numpy(owner.astype(np.int64)).to(device))
+
+
 def _segments(counts: np.ndarray) -> list[slice]:
     offsets = np.concatenate([[0], np.cumsum(counts)])
     return [slice(int(offsets[q]), int(offsets[q + 1])) for q in range(len(counts))]

@@ -13,14 +13,14 @@ import math
 import torch
 import torch.nn.functional as F
 
-from gnn_dist.steps.gradients import flat_buffer, sync_gradients
+from gnn_dist.steps.gradients import flat_buffer, replicated_parameters, sync_gradients
 from gnn_dist.steps.state import TrainingDiverged
 
 
 class FullBatchMode:
     def __init__(self, state, part=None):
         self.state = state
-        self.params = list(state.model.parameters())
+        self.params = replicated_parameters(state.model)
         self.flat = flat_buffer(self.params, extras=1)  # gradients, then the loss
 
     def compute_gradients(self, epoch: int) -> float:

@@ -9,6 +9,13 @@ import torch
 from gnn_dist.steps.flat import pack_into, unpack_from
 
 
+def replicated_parameters(model) -> list[torch.Tensor]:
+    """The parameters every rank holds alike, whose gradients the allreduce sums: all of a model's, but a typed
+    model's embedding shards (gnn_dist.hetero.stack.TypedStack.sharded_parameters: each rank's own rows)."""
+    chosen = getattr(model, "replicated_parameters", None)
+    return chosen() if chosen is not None else list(model.parameters())
+
+
 def flat_buffer(params: list[torch.Tensor], extras: int, device: torch.device | None = None) -> torch.Tensor:
     """One buffer for every gradient and `extras` scalars (allocated once per run), on `device` (by default the
     parameters')."""

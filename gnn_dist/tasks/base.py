@@ -47,6 +47,7 @@ class Task:
             raise ValueError(f"--parts {self.config.parts} was partitioned for --task {made_for}, not --task "
                              f"{self.name}: re-run gnn-dist partition with --task {self.partition_task} (or train "
                              f"with --task {made_for})")
+        check_typed(self.config, self.meta)
 
     def training_mode(self, state, part):
         try:
@@ -59,7 +60,13 @@ class Task:
     def output_width(self) -> int:
         raise NotImplementedError
 
-    def build_model(self, graph, exchanger):
+    def build_model(self, graph, exchanger, part=None):
+        """The rank's model: the layer stack over its graph, or on a typed partition the typed stack (its inputs
+        per node type, then R-GCN layers: gnn_dist.hetero), which reads the part's typed arrays."""
+        if self.meta.hetero is not None:
+            from gnn_dist.hetero.stack import TypedStack
+
+            return TypedStack(self.config.model, self.output_width(), part, exchanger, self.config.seed)
         from gnn_dist.steps.layer_stack import LayerStack
 
         return LayerStack(self.config.model, self.meta.num_features, self.output_width(), graph, exchanger,
@@ -91,3 +98,34 @@ class Task:
 def best_record(records: list[dict], key: str) -> dict | None:
     """The first epoch with the highest `key` (None without epochs)."""
     return max(records, key=lambda record: record[key]) if records else None
+
+
+# What training on a typed graph supports so far, each refusal naming the fix (docs/hetero.md)
+_TYPED_ONLY = {"mode": ("full", "--mode full"), "schedule": ("exact", "--schedule exact"),
+               "halo_memory": ("resident", "--halo-memory resident"), "halo_dtype": ("fp32", "--halo-dtype fp32"),
+               "feature_dtype": ("fp32", "--feature-dtype fp32"), "checkpoint_dir": (None, "no --checkpoint-dir"),
+               "predictions_out": (None, "no --predictions-out")}
+
+
+def check_typed(config, meta) -> None:
+    """ValueError when the model and the partition disagree on being typed, or a typed run asks what it lacks."""
+    from gnn_dist.models import model_class
+
+    typed_model = getattr(model_class(config.model.model), "typed", False)
+    if meta.hetero is None:
+        if typed_model:
+            raise ValueError(f"--model {config.model.model} trains typed graphs, and {config.parts} holds a "
+                             f"homogeneous one: partition a typed graph (--dataset hetero:PATH), or pick another "
+                             f"--model")
+        return
+    if not typed_model:
+        raise ValueError(f"{config.parts} holds a typed graph ({', '.join(meta.hetero['node_types'])}): train it with "
+                         f"--model rgcn")
+    if config.task != "node":
+        raise ValueError(f"--task {config.task} is not defined on a typed graph yet: use --task node")
+    for name, (wanted, fix) in _TYPED_ONLY.items():
+        if getattr(config, name) != wanted:
+            raise ValueError(f"a typed graph trains with {fix} so far (got --{name.replace('_', '-')} "
+                             f"{getattr(config, name)}): use {fix}")
+    if config.model.batch_norm:
+        raise ValueError("a typed graph trains without --batch-norm so far: drop it")

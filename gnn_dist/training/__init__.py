@@ -1,5 +1,6 @@
-"""Distributed training: set-up (setup.py), the training modes (mode.py: full_batch.py,
-mini_batch.py), evaluation (evaluation.py) and the epoch loop with `train()` (loop.py).
+"""A run, from its TrainConfig to its final record: set-up (setup.py: load, agree, plan, refuse, build), the
+epoch loop and `train()` (loop.py), and the divergence guard that holds a lossy schedule to exact exchanges
+while the loss climbs (guard.py). What one epoch does on a rank is gnn_dist.steps'.
 
 May import: comm, config, context, device, graph, halo, kernels, log, memory, metrics, models, nn, partition,
     partition_report, plan, resilience, schedules, steps, tasks

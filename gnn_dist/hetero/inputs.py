@@ -1,0 +1,97 @@
+"""The typed inputs of a rank: every owned and halo row brought to one width (--hidden) before the first layer.
+
+A featured type's rows go through that type's Linear (no activation after it), replicated on every rank like
+every layer's weights; its halo rows' raw features are fetched once at set-up, one exchange per type (a
+restricted halo plan: gnn_dist.halo.plan.HaloPlan.restricted), as a homogeneous graph's are.
+
+A featureless type learns an embedding table whose rows live only on the rank that owns each node: the rank's
+shard holds exactly its owned rows of that type, an ordinary dense parameter that the run's optimiser updates
+every step like every other weight (so Adam's moments and weight decay are those of torch.nn.Embedding under
+torch.optim.Adam). Its halo rows travel every step, always exactly and in fp32 (HaloExchanger.gather_inputs
+over the featureless types' rows), and their gradients travel back to the owners, who add them in. No rank
+ever holds a whole table. Each row starts as N(0, 1) values keyed by (seed, the node's id), so the table is
+the same at every P (gnn_dist.kernels.keyed_random.keyed_normal).
+
+Shapes: forward() -> [n_owned + n_halo, hidden], owned rows first (the part's order), then the halo's.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from gnn_dist.halo.exchange import HaloExchanger
+from gnn_dist.hetero.typed_part import TypedPart
+from gnn_dist.kernels.keyed_random import keyed_normal
+from gnn_dist.models.base import linear_uniform_
+from gnn_dist.partition.format import PartData
+
+EMBEDDINGS_SLOT = "embeddings"  # the exchange slot of the featureless types' rows
+
+
+class TypedInputs(nn.Module):
+    def __init__(self, part: PartData, typed: TypedPart, hidden: int, exchanger: HaloExchanger, seed: int):
+        super().__init__()
+        self.typed = typed
+        self.hidden = hidden
+        self.n_owned, self.n_halo = part.n_owned, part.n_halo
+        device = exchanger.plan.device
+        self.linears = nn.ModuleDict()
+        self.shards = nn.ParameterDict()
+        self.owned_rows, self.halo_rows = {}, {}  # type -> positions among the owned / halo rows
+        self.owned_x, self.halo_x = {}, {}        # featured type -> its raw features (constants)
+        send_type = typed.owned_type[exchanger.plan.send_idx.cpu().numpy()]
+        for k, name in enumerate(typed.node_types):
+            owned = np.flatnonzero(typed.owned_type == k)
+            halo = np.flatnonzero(typed.halo_type == k)
+            self.owned_rows[name] = torch.from_numpy(owned).to(device)
+            self.halo_rows[name] = torch.from_numpy(halo).to(device)
+            if typed.featured(name):
+                self.linears[name] = nn.Linear(typed.feature_widths[name], hidden)
+                x = torch.from_numpy(part.arrays[f"x__{name}"]).to(device)
+                self.owned_x[name] = x
+                # the halo's raw features of this type, once: send rows are read from x__name's own rows
+                position = np.full(part.n_owned, -1, dtype=np.int64)
+                position[owned] = np.arange(len(owned))
+                sends = send_type == k
+                plan = exchanger.plan.restricted(typed.halo_type == k, sends,
+                                                 position[exchanger.plan.send_idx.cpu().numpy()[sends]])
+                self.halo_x[name] = HaloExchanger(exchanger.comm, plan, counters=exchanger.counters,
+                                                  beat=exchanger.beat).fetch_once(x)
+            else:
+                ids = part.node_ids[owned]  # homogeneous ids: unique per (type, type-local id)
+                self.shards[name] = nn.Parameter(torch.from_numpy(keyed_normal(ids, seed, hidden)).float().to(device))
+        featureless = ~np.isin(np.arange(len(typed.node_types)), [typed.type_index(t) for t in self.linears])
+        self.halo_featureless = torch.from_numpy(np.flatnonzero(featureless[typed.halo_type])).to(device)
+        # the embedding rows' exchange: the featureless types' halo rows and send rows only
+        self.embeddings = None
+        if featureless.any():
+            plan = exchanger.plan.restricted(featureless[typed.halo_type], featureless[send_type])
+            self.embeddings = HaloExchanger(exchanger.comm, plan, counters=exchanger.counters, beat=exchanger.beat)
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """The Linears' initial weights (torch's default rule, from the stack's generator). The embedding shards
+        keep their keyed values: a table initialised per rank from a generator would depend on P."""
+        for linear in self.linears.values():
+            linear_uniform_(linear, generator)
+
+    def replicated_parameters(self) -> list[nn.Parameter]:
+        return list(self.linears.parameters())
+
+    def sharded_parameters(self) -> list[nn.Parameter]:
+        return list(self.shards.values())
+
+    def forward(self) -> torch.Tensor:
+        device = next(iter(self.owned_rows.values())).device
+        owned = torch.zeros(self.n_owned, self.hidden, device=device)
+        halo = torch.zeros(self.n_halo, self.hidden, device=device)
+        for name, linear in self.linears.items():
+            owned = owned.index_copy(0, self.owned_rows[name], linear(self.owned_x[name]))
+            halo = halo.index_copy(0, self.halo_rows[name], linear(self.halo_x[name]))
+        for name, shard in self.shards.items():
+            owned = owned.index_copy(0, self.owned_rows[name], shard)
+        if self.embeddings is not None:
+            # every rank takes part, even one without featureless rows to send or receive: it is a collective
+            received = self.embeddings.gather_inputs(owned, EMBEDDINGS_SLOT)[self.n_owned:]
+            halo = halo.index_copy(0, self.halo_featureless, received)
+        return torch.cat([owned, halo])

@@ -1,0 +1,88 @@
+"""The model of a rank on a typed graph (`TypedStack`): the typed inputs, then L R-GCN layers.
+
+    x0 = typed inputs (a Linear per featured type, an embedding row per featureless node), [owned | halo]
+    per layer k: dropout -> RGCN conv -> ReLU (none after the last)
+
+Dropout precedes every layer, the first included, keyed by (seed, epoch, layer, the node's id): ids are
+homogeneous, unique per (type, type-local id), so paper 5 and author 5 never share a draw, and every P draws
+the same masks. Layer 0 aggregates the typed inputs' [owned | halo] rows (the halo's embedding rows arrived
+this step); every later layer exchanges its input rows like any layer (schedules and halo dtypes apply there).
+
+Two kinds of parameters: replicated ones (the Linears and every layer's weights), broadcast at set-up and whose
+gradients are summed over ranks every step, and the embedding shards, which are this rank's alone (their
+gradients already hold what the halo ranks sent back) and never enter the allreduce.
+
+Shapes: forward() -> logits [n_owned, C] (rows of other types than the target are computed and unused)
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from gnn_dist.halo.exchange import HaloExchanger
+from gnn_dist.hetero.inputs import TypedInputs
+from gnn_dist.hetero.typed_part import TypedPart, relation_operator
+from gnn_dist.kernels.keyed_random import stream_key
+from gnn_dist.models import model_class
+from gnn_dist.nn.dropout import keyed_dropout
+from gnn_dist.partition.format import PartData
+
+
+class TypedStack(nn.Module):
+    def __init__(self, config, out_dim: int, part: PartData, exchanger: HaloExchanger, seed: int):
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.seed = seed
+        self.epoch = 0
+        self.exchanger = exchanger
+        device = exchanger.plan.device
+        typed = TypedPart.of(part)
+        self.inputs = TypedInputs(part, typed, config.hidden, exchanger, seed)
+        operator = relation_operator(part, typed.num_relations, device)
+        conv_type = model_class(config.model)
+        self.convs = nn.ModuleList(
+            conv_type(i, o, operator, exchanger, slot=f"layer{k}", num_relations=typed.num_relations, **options)
+            for k, (i, o, options) in enumerate(config.layers(config.hidden, out_dim)))
+        ids = torch.from_numpy(part.node_ids).to(device)
+        self.node_ids = ids
+        self.column_ids = torch.cat([ids, torch.from_numpy(part.halo_ids).to(device)])
+        generator = torch.Generator().manual_seed(seed)
+        self.inputs.reset_parameters(generator)
+        for conv in self.convs:
+            conv.reset_parameters(generator)
+
+    def replicated_parameters(self) -> list[nn.Parameter]:
+        """What every rank holds alike: broadcast at set-up, gradients summed over ranks."""
+        return self.inputs.replicated_parameters() + list(self.convs.parameters())
+
+    def sharded_parameters(self) -> list[nn.Parameter]:
+        """This rank's embedding rows: its own, stepped with its own gradients."""
+        return self.inputs.sharded_parameters()
+
+    def forward(self, x_full: torch.Tensor | None = None) -> torch.Tensor:
+        """x_full is ignored (a typed graph's inputs are the model's own); the argument keeps the stacks' call."""
+        p = self.config.dropout
+        self.exchanger.begin_pass(self.epoch, self.training)
+        h = self.inputs()
+        for k, conv in enumerate(self.convs):
+            key = stream_key(self.seed, self.epoch, k)
+            if k == 0:
+                h = conv(x_full=keyed_dropout(h, self.column_ids, key, p, self.training))
+            else:
+                h = conv([keyed_dropout(h, self.node_ids, key, p, self.training, relu=True, inplace=True)])
+        return h
+
+    @torch.no_grad()
+    def forward_layerwise(self, x_full: torch.Tensor | None, chunk_nodes: int, upto: int | None = None) -> torch.Tensor:
+        """Evaluation: the whole forward in eval mode (layer by layer in chunks is the homogeneous stacks' path;
+        a typed graph's evaluation holds one forward). With `upto`, layer upto's output after its ReLU."""
+        if upto is None:
+            return self.forward(x_full)
+        self.exchanger.begin_pass(self.epoch, False)
+        h = self.inputs()
+        for k, conv in enumerate(self.convs[:upto + 1]):
+            h = conv(x_full=h) if k == 0 else conv([h])
+            if k < len(self.convs) - 1:
+                h = torch.relu(h)
+        return h

@@ -1,0 +1,102 @@
+"""R-GCN (Schlichtkrull et al.) as PyG's RGCNConv(aggr='mean') computes it, on a typed graph's relations.
+
+    out_i = x_i Root + sum over relations r of (mean over j in N_r(i) of x_j) W_r + bias
+
+A relation with no edge into i contributes nothing. `--num-bases B` shares the relation weights out of B bases,
+W_r = sum_b comp[r, b] V_b, as PyG's num_bases does. A layer aggregates its input rows first (they are what
+travels, at the input width) and transforms after.
+
+The operator is one sparse matrix whose rows interleave the relations: row i * R + r holds node i's in-edges
+of relation r, each 1 / (their count), built from the part's CSR and its entries' relations
+(gnn_dist.hetero.typed_part.relation_operator). Its product with [owned | halo] rows is then [n, R * F] in one
+piece, and one matrix product with the weights stacked [R * F, out] sums the relations.
+
+The typed inputs (a Linear per featured type, an embedding table per featureless one) and the stack of layers
+are gnn_dist.hetero's: this file is the layer alone.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from gnn_dist.kernels.spmm import spmm
+from gnn_dist.models.base import DistConv
+from gnn_dist.models.registry import register_model
+
+
+def glorot_3d_(tensor: torch.Tensor, generator: torch.Generator | None = None) -> None:
+    """PyG's glorot on a [..., fan_in, fan_out] tensor: uniform in +-sqrt(6 / (fan_in + fan_out))."""
+    bound = math.sqrt(6.0 / (tensor.shape[-2] + tensor.shape[-1]))
+    with torch.no_grad():
+        tensor.uniform_(-bound, bound, generator=generator)
+
+
+@register_model
+class DistRGCNConv(DistConv):
+    name = "rgcn"
+    needs_root = True
+    typed = True  # it runs on typed partitions only, in gnn_dist.hetero's stack
+
+    def __init__(self, in_dim, out_dim, operator, exchanger, slot, blocked=None, num_relations: int = 1,
+                 num_bases: int = 0):
+        super().__init__(in_dim, out_dim, operator, exchanger, slot, blocked)
+        self.num_relations = num_relations
+        self.num_bases = num_bases
+        if num_bases > 0:
+            self.basis = nn.Parameter(torch.empty(num_bases, in_dim, out_dim))  # host: moved with its module
+            self.comp = nn.Parameter(torch.empty(num_relations, num_bases))  # host: moved with its module
+        else:
+            self.weight = nn.Parameter(torch.empty(num_relations, in_dim, out_dim))  # host: moved with its module
+        self.root = nn.Parameter(torch.empty(in_dim, out_dim))  # host: moved with its module
+        self.bias = nn.Parameter(torch.zeros(out_dim))  # host: moved with its module
+        self.reset_parameters()
+
+    @classmethod
+    def layer_options(cls, config, layer: int, num_layers: int) -> dict:
+        return {"num_bases": config.num_bases}
+
+    @classmethod
+    def aggregation(cls, in_dim: int, out_dim: int, **layer_options) -> tuple[bool, int]:
+        return True, in_dim  # the input rows travel and are aggregated, per relation, before the weights
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        # PyG's RGCNConv: glorot on the weight (or the bases and their coefficients) and the root, zero bias
+        if self.num_bases > 0:
+            glorot_3d_(self.basis, generator)
+            glorot_3d_(self.comp, generator)
+        else:
+            glorot_3d_(self.weight, generator)
+        glorot_3d_(self.root, generator)
+        with torch.no_grad():
+            self.bias.zero_()
+
+    def relation_weights(self) -> torch.Tensor:
+        """[R, in, out]: the relations' weights (from the bases when there are some)."""
+        if self.num_bases > 0:
+            return (self.comp @ self.basis.reshape(self.num_bases, -1)).reshape(self.num_relations, self.in_dim,
+                                                                              self.out_dim)
+        return self.weight
+
+    def forward(self, x: torch.Tensor | list | None = None, x_full: torch.Tensor | None = None,
+                halo_source=None) -> torch.Tensor:
+        """x: [n_owned, in] (the halo's rows arrive through the exchange), or x_full: [n_owned + n_halo, in]
+        (the first layer: the typed inputs, halo rows included). Returns [n_owned, out]."""
+        if isinstance(x, list):
+            x = x.pop()
+        full = x_full if x_full is not None else self.exchanger.gather(x, self.slot)
+        n = self.operator.shape[0] // self.num_relations
+        aggregated = spmm(self.operator, full).reshape(n, self.num_relations * self.in_dim)
+        out = aggregated @ self.relation_weights().reshape(self.num_relations * self.in_dim, self.out_dim)
+        return torch.addmm(out, full[:n], self.root) + self.bias
+
+    @staticmethod
+    def pyg_spec(in_dim: int, out_dim: int, num_relations: int = 1, num_bases: int = 0) -> tuple[str, dict]:
+        return "torch_geometric.nn.RGCNConv", {"in_channels": in_dim, "out_channels": out_dim,
+                                               "num_relations": num_relations,
+                                               "num_bases": num_bases or None, "aggr": "mean"}
+
+    @staticmethod
+    def pyg_parameter_names() -> dict[str, str]:
+        return {"weight": "weight", "basis": "weight", "comp": "comp", "root": "root", "bias": "bias"}

@@ -1,0 +1,292 @@
+"""Typed (heterogeneous) graphs: the typed .npz input, reverse relations as PyG's ToUndirected makes them, typed
+partitions, and R-GCN exact at any P against an independent PyG model on the whole graph (per-type Linear
+inputs, nn.Embedding tables for featureless types, to_homogeneous() and RGCNConv(aggr='mean'))."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gnn_dist import ModelConfig, RankContext, TrainConfig
+from gnn_dist.comm.simulated_ranks import run_fake_ranks
+from gnn_dist.partition.datasets import load_dataset
+from gnn_dist.partition.format import load_part, type_offsets
+from gnn_dist.partition.graph import DatasetError
+from gnn_dist.partition.hetero import load_hetero_npz
+from gnn_dist.partition.hetero_parts import partition_typed_graph
+from gnn_dist.training import setup
+from tests.conftest import SHARED_DATA, run_cli, run_mpi
+
+
+def typed_arrays(seed: int = 0) -> dict:
+    """A small typed graph in the .npz format: papers (the target, 8 features, 4 classes) cite papers, authors
+    (5 features) write papers, papers have fields (featureless); a few repeated writes edges."""
+    rng = np.random.default_rng(seed)
+    papers, authors, fields = 60, 80, 10
+    writes = np.stack([rng.integers(0, authors, 150), rng.integers(0, papers, 150)])
+    writes = np.concatenate([writes, writes[:, :5]], axis=1)  # repeated edges stay repeated (ToUndirected)
+    y = rng.integers(0, 4, papers)
+    split = rng.permutation(papers)
+    masks = [np.isin(np.arange(papers), split[a:b]) for a, b in ((0, 30), (30, 45), (45, 60))]
+    return {
+        "node_types": np.array(["paper", "author", "field"]), "target": np.array("paper"),
+        "num_nodes__paper": np.int64(papers), "num_nodes__author": np.int64(authors),
+        "num_nodes__field": np.int64(fields),
+        "x__paper": rng.normal(size=(papers, 8)).astype(np.float32),
+        "x__author": rng.normal(size=(authors, 5)).astype(np.float32),
+        "edge_index__author__writes__paper": writes,
+        "edge_index__paper__cites__paper": np.stack([rng.integers(0, papers, 100), rng.integers(0, papers, 100)]),
+        "edge_index__paper__has__field": np.stack([np.arange(papers), rng.integers(0, fields, papers)]),
+        "y": y, "train_mask": masks[0], "val_mask": masks[1], "test_mask": masks[2],
+    }
+
+
+@pytest.fixture(scope="module")
+def typed_npz(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("typed") / "typed.npz"
+    np.savez(path, **typed_arrays())
+    return path
+
+
+@pytest.fixture(scope="module")
+def typed_parts(typed_npz, tmp_path_factory):
+    """partitions of the typed graph (reverse relations added) at P = 1, 2, 4, made once."""
+    graph = load_hetero_npz(str(typed_npz)).with_reverse_relations()
+    base = tmp_path_factory.mktemp("typed-parts")
+    return {p: partition_typed_graph(graph, p, base / f"p{p}", locality_block=16) and base / f"p{p}" for p in (1, 2, 4)}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: a.update({"edge_index__paper__cites__venue": np.zeros((2, 1), np.int64)}), "unknown node type 'venue'"),
+    (lambda a: a["edge_index__paper__has__field"].__setitem__((1, 0), 10), "field id 10, outside [0, 10)"),
+    (lambda a: a.update({"x__author": np.zeros((79, 5), np.float32)}), "x__author has shape (79, 5) but type 'author'"),
+    (lambda a: a.update({"y": np.zeros(59, np.int64)}), "the target type needs labels"),
+    (lambda a: a.update({"num_nodes__field": np.int64(0)}), "node type 'field' has no nodes"),
+])
+def test_bad_typed_input_gets_one_line_naming_the_fix(tmp_path, change, message):
+    arrays = typed_arrays()
+    change(arrays)
+    path = tmp_path / "bad.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(DatasetError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        load_hetero_npz(str(path))
+    done = run_cli("partition", "--dataset", f"hetero:{path}", "--num-parts", "2", "--out", str(tmp_path / "p"))
+    assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1 and message.split("(")[0] in done.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def pyg_typed_data(arrays: dict):
+    """The same graph as PyG's HeteroData, ToUndirected() applied: the independent side of every comparison."""
+    from torch_geometric.data import HeteroData
+    from torch_geometric.transforms import ToUndirected
+
+    data = HeteroData()
+    for t in arrays["node_types"]:
+        data[str(t)].num_nodes = int(arrays[f"num_nodes__{t}"])
+        if f"x__{t}" in arrays:
+            data[str(t)].x = torch.from_numpy(arrays[f"x__{t}"]).double()
+    for key, value in arrays.items():
+        if key.startswith("edge_index__"):
+            src, rel, dst = key.split("__")[1:]
+            data[src, rel, dst].edge_index = torch.from_numpy(np.asarray(value, dtype=np.int64))
+    return ToUndirected()(data)
+
+
+def test_reverse_relations_are_pyg_to_undirected(typed_npz):
+    ours = load_hetero_npz(str(typed_npz)).with_reverse_relations()
+    theirs = pyg_typed_data(typed_arrays())
+    assert list(ours.relations) == list(theirs.edge_types)
+    for relation in ours.relations:
+        assert np.array_equal(ours.edges[relation], theirs[relation].edge_index.numpy()), relation
+    raw = load_hetero_npz(str(typed_npz))  # --no-reverse-relations: as given
+    assert list(raw.relations) == [("author", "writes", "paper"), ("paper", "cites", "paper"), ("paper", "has", "field")]
+
+
+def test_a_typed_partition_holds_every_typed_edge_once_and_balances_each_type(typed_npz, typed_parts):
+    graph = load_hetero_npz(str(typed_npz)).with_reverse_relations()
+    edge_index, edge_type, node_type = graph.homogeneous()
+    want = sorted(zip(edge_index[0], edge_index[1], edge_type))
+    for p, directory in typed_parts.items():
+        got, counts = [], np.zeros((p, len(graph.node_types)), dtype=np.int64)
+        for k in range(p):
+            part = load_part(directory, k)
+            ids = np.concatenate([part.node_ids, part.halo_ids])
+            rows = np.repeat(part.node_ids, np.diff(part.indptr))
+            got += zip(ids[part.indices], rows, part.edge_type)
+            owned_type = np.searchsorted(type_offsets(part.meta.hetero), part.node_ids, side="right") - 1
+            counts[k] = np.bincount(owned_type, minlength=len(graph.node_types))
+            for t, x in graph.x.items():
+                local = part.node_ids[owned_type == graph.node_types.index(t)] - graph.offsets()[t]
+                assert np.array_equal(part.arrays[f"x__{t}"], x[local])
+        assert sorted(got) == want  # repeated edges included, each with its relation
+        sizes = np.array([graph.num_nodes[t] for t in graph.node_types])
+        assert (counts.max(0) <= np.ceil(1.03 * sizes / p)).all(), counts
+
+
+def reference_rgcn(arrays: dict, params: dict, hidden: int, num_layers: int, num_classes: int, num_bases: int):
+    """PyG on the whole graph in float64: a Linear per featured type, an nn.Embedding per featureless type (holding
+    our rows), to_homogeneous(), then num_layers RGCNConv(aggr='mean') layers with ReLU between; our parameters
+    copied in."""
+    from torch_geometric.nn import RGCNConv
+
+    data = pyg_typed_data(arrays)
+    types = [str(t) for t in arrays["node_types"]]
+    lins = nn.ModuleDict({t: nn.Linear(data[t].x.shape[1], hidden).double() for t in types if "x" in data[t]})
+    embs = nn.ModuleDict({t: nn.Embedding(data[t].num_nodes, hidden).double() for t in types if "x" not in data[t]})
+    dims = [hidden] * num_layers + [num_classes]  # the inputs bring every type to `hidden` first
+    convs = nn.ModuleList(RGCNConv(i, o, len(data.edge_types), num_bases=num_bases or None, aggr="mean").double()
+                          for i, o in zip(dims[:-1], dims[1:]))
+    theirs = {f"inputs.linears.{t}.{n}": p for t, lin in lins.items() for n, p in lin.named_parameters()}
+    theirs |= {f"inputs.shards.{t}": emb.weight for t, emb in embs.items()}
+    for k, conv in enumerate(convs):
+        names = {"root": "root", "bias": "bias"} | ({"basis": "weight", "comp": "comp"} if num_bases else {"weight": "weight"})
+        theirs |= {f"convs.{k}.{ours}": getattr(conv, name) for ours, name in names.items()}
+    assert set(theirs) == set(params), (sorted(theirs), sorted(params))
+    with torch.no_grad():
+        for name, value in params.items():
+            theirs[name].copy_(value)
+    homogeneous = data.to_homogeneous()
+
+    def forward():
+        x = torch.cat([lins[t](data[t].x) if t in lins else embs[t].weight for t in types])
+        for k, conv in enumerate(convs):
+            x = conv(x, homogeneous.edge_index, homogeneous.edge_type)
+            if k < len(convs) - 1:
+                x = torch.relu(x)
+        return x
+
+    offset = sum(int(arrays[f"num_nodes__{t}"]) for t in types[:types.index("paper")])
+    return forward, theirs, offset
+
+
+def gather_params_and_grads(results, arrays):
+    """Replicated parameters and gradients from rank 0; each embedding table assembled from every rank's shard."""
+    types = [str(t) for t in arrays["node_types"]]
+    offsets = np.concatenate([[0], np.cumsum([int(arrays[f"num_nodes__{t}"]) for t in types])])
+    params, grads = dict(results[0]["params"]), dict(results[0]["grads"])
+    for name in [n for n in params if n.startswith("inputs.shards.")]:
+        t = name.split(".")[-1]
+        table = torch.zeros(int(arrays[f"num_nodes__{t}"]), params[name].shape[1])
+        grad = torch.zeros_like(table)
+        for result in results:
+            ids = result["shard_ids"][t] - offsets[types.index(t)]
+            table[ids] = result["params"][name]
+            grad[ids] = result["grads"][name]
+        params[name], grads[name] = table, grad
+    return params, grads
+
+
+def one_typed_step(directory: Path, num_parts: int, hidden: int, num_layers: int, num_bases: int = 0):
+    config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=5,
+                         model=ModelConfig(model="rgcn", hidden=hidden, num_layers=num_layers, dropout=0.0,
+                                           num_bases=num_bases))
+
+    def rank_fn(comm):
+        state = setup(RankContext(comm), config)
+        loss = state.mode.compute_gradients(epoch=0)
+        with torch.no_grad():
+            logits = state.model()
+        inputs = state.model.inputs
+        return {"ids": state.graph.node_ids, "logits": logits, "loss": loss,
+                "params": {n: p.detach().clone() for n, p in state.model.named_parameters()},
+                "grads": {n: p.grad.clone() for n, p in state.model.named_parameters()},
+                "shard_ids": {t: state.graph.node_ids[inputs.owned_rows[t]].numpy() for t in inputs.shards}}
+
+    return run_fake_ranks(num_parts, rank_fn)
+
+
+@pytest.mark.parametrize("num_parts", [1, 2, 4])
+@pytest.mark.parametrize("hidden, num_layers, num_bases", [(16, 2, 0), (8, 3, 2)])
+def test_rgcn_logits_loss_and_gradients_equal_pyg_at_any_p(typed_parts, num_parts, hidden, num_layers, num_bases):
+    arrays = typed_arrays()
+    results = one_typed_step(typed_parts[num_parts], num_parts, hidden, num_layers, num_bases)
+    params, grads = gather_params_and_grads(results, arrays)
+    forward, theirs, offset = reference_rgcn(arrays, {n: v.double() for n, v in params.items()}, hidden, num_layers,
+                                             4, num_bases)
+    logits = forward()
+    papers = int(arrays["num_nodes__paper"])
+    mask = torch.from_numpy(arrays["train_mask"])
+    loss = F.cross_entropy(logits[offset:offset + papers][mask], torch.from_numpy(arrays["y"])[mask])
+    loss.backward()
+    ours = torch.zeros_like(logits)
+    for result in results:
+        ours[torch.from_numpy(result["ids"].numpy())] = result["logits"].double()
+    assert (ours - logits.detach()).abs().max() <= 1e-5
+    for result in results:
+        assert result["loss"] == pytest.approx(float(loss.detach()), rel=1e-5)
+    for name, grad in grads.items():
+        assert (grad.double() - theirs[name].grad).abs().max() <= 1e-5, name
+    # each rank's embedding shard holds exactly its owned rows of that type, never a whole table
+    for result in results:
+        for t, ids in result["shard_ids"].items():
+            assert result["params"][f"inputs.shards.{t}"].shape[0] == len(ids) < int(arrays[f"num_nodes__{t}"]) \
+                or num_parts == 1
+
+
+@pytest.mark.mpi
+def test_rgcn_loss_curve_is_the_same_at_every_rank_count_and_follows_pyg(typed_parts, tmp_path):
+    """Adam for 12 epochs with weight decay, dropout on: P = 1, 2, 4 under mpiexec draw the same masks and give one
+    curve; with dropout off the curve is PyG's under torch.optim.Adam."""
+    curves = {}
+    for dropout in ("0.5", "0"):
+        for p in (1, 2, 4):
+            out = tmp_path / f"m{p}-{dropout}.jsonl"
+            done = run_mpi(p, "train", "--parts", str(typed_parts[p]), "--model", "rgcn", "--hidden", "16",
+                           "--epochs", "12", "--dropout", dropout, "--seed", "5", "--no-progress",
+                           "--metrics-out", str(out))
+            assert done.returncode == 0, done.stderr
+            curves[p, dropout] = [r["loss"] for r in map(json.loads, out.read_text().splitlines()) if "final" not in r]
+        for p in (2, 4):
+            for a, b in zip(curves[1, dropout], curves[p, dropout], strict=True):
+                assert abs(a - b) <= 1e-5 * abs(a), (p, dropout)
+    assert curves[1, "0.5"] != curves[1, "0"]
+    for p in (2, 4):  # the bytes inspect predicts are the bytes that travelled
+        final = json.loads((tmp_path / f"m{p}-0.jsonl").read_text().splitlines()[-1])
+        report = json.loads(run_cli("inspect", str(typed_parts[p]), "--json", "--model", "rgcn", "--hidden",
+                                    "16").stdout)
+        assert final["halo_bytes_total"] == 12 * report["predicted_halo_bytes_per_epoch"] > 0
+    # PyG with the initial parameters of the run (P=1's set-up, which every P shares)
+    results = one_typed_step(typed_parts[1], 1, 16, 2)
+    params, _ = gather_params_and_grads(results, typed_arrays())
+    arrays = typed_arrays()
+    forward, theirs, offset = reference_rgcn(arrays, {n: v.double() for n, v in params.items()}, 16, 2, 4, 0)
+    optimizer = torch.optim.Adam(theirs.values(), lr=0.01, weight_decay=5e-4)
+    papers, mask = int(arrays["num_nodes__paper"]), torch.from_numpy(arrays["train_mask"])
+    for epoch, ours in enumerate(curves[1, "0"]):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(forward()[offset:offset + papers][mask], torch.from_numpy(arrays["y"])[mask])
+        loss.backward()
+        optimizer.step()
+        assert abs(float(loss) - ours) <= 1e-5 * abs(ours), epoch
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--model", "gcn"], "train it with --model rgcn"),
+    (["--model", "rgcn", "--mode", "sampled", "--fanouts", "5,5"], "--mode full"),
+    (["--model", "rgcn", "--schedule", "stale:2"], "--schedule exact"),
+    (["--model", "rgcn", "--task", "link"], "--task link"),
+])
+def test_what_typed_training_lacks_is_refused_in_one_line(typed_parts, flags, message):
+    done = run_mpi(2, "train", "--parts", str(typed_parts[2]), "--epochs", "1", "--no-progress", *flags)
+    assert done.returncode != 0 and message in done.stderr
+    assert len([line for line in done.stderr.splitlines() if "error" in line]) == 1, done.stderr
+
+
+def test_rgcn_on_a_homogeneous_partition_is_refused(partitioned):
+    done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:tiny", 2)), "--model", "rgcn", "--epochs", "1")
+    assert done.returncode != 0 and "partition a typed graph" in done.stderr
+
+
+def test_the_real_typed_graphs_load_and_match_their_readme():
+    if not (SHARED_DATA / "hetero" / "acm.npz").is_file():
+        pytest.skip(f"{SHARED_DATA / 'hetero'} is absent (../shared/data)")
+    acm = load_dataset(f"hetero:{SHARED_DATA / 'hetero' / 'acm.npz'}")
+    assert acm.num_nodes == {"paper": 4019, "author": 7167, "subject": 60} and set(acm.x) == {"paper", "author"}
+    assert (acm.train_mask.sum(), acm.val_mask.sum(), acm.test_mask.sum()) == (180, 1000, 1000)
+    freebase = load_dataset(f"hetero:{SHARED_DATA / 'hetero' / 'freebase.npz'}")
+    assert not freebase.x and freebase.num_nodes["actor"] == 33401
