@@ -15,7 +15,7 @@ from gnn_dist.memory.host import readable_bytes
 from gnn_dist.partition.format import load_meta, part_shapes, verify_part_file
 from gnn_dist.plan.host import plan_host
 from gnn_dist.plan.memory import PlanConfig, plan_part
-from gnn_dist.plan.traffic import exchanged_widths, input_exchange_width, predicted_halo_bytes_per_epoch
+from gnn_dist.plan.traffic import exchanged_widths, predicted_halo_bytes_per_epoch
 
 FP32_BYTES = 4
 # Above this max/mean of the edges the parts aggregate, an attention model's full-batch training warns: its epoch
@@ -104,10 +104,7 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
         "halo_bytes_per_layer_per_column": total_halo * FP32_BYTES,
         "model": {"model": model.model, "hidden": model.hidden, "num_layers": model.num_layers,
                   **({"heads": model.heads} if model.heads > 1 else {})},
-        # the first layer's entry: the width of its transformed inputs when it sends them, 0 when it aggregates
-        # the cached inputs (DistConv.exchanges_inputs)
-        "exchanged_widths": [input_exchange_width(model, meta.num_features, out_dim, memory.halo_memory),
-                             *exchanged_widths(model, meta.num_features, out_dim)[1:]],
+        "exchanged_widths": exchanged_widths(model, meta.num_features, out_dim),
         "schedule": schedule,
         "halo_dtype": halo_dtype,
         "predicted_halo_bytes_per_epoch": predicted_halo_bytes_per_epoch(
@@ -198,10 +195,6 @@ def format_report(report: dict) -> str:
         f"  training traffic    {mb:.2f} MB of halo payload per epoch for {m['model']} hidden {m['hidden']}, "
         f"{m['num_layers']} layers, schedule {report['schedule']}, halo dtype {report['halo_dtype']} "
         f"(exchanged widths {report['exchanged_widths']}, forward and backward)",
-        "  first layer         " + (f"sends its owned rows' transformed inputs ({report['exchanged_widths'][0]} "
-                                    f"columns, exact fp32) instead of transforming the cached halo inputs"
-                                    if report["exchanged_widths"][0] else "aggregates the cached halo inputs: "
-                                    "nothing travels"),
     ]
     if "link" in report:
         link = report["link"]

@@ -158,8 +158,9 @@ class HaloExchanger:
         return _HaloGather.apply(x_owned, self, slot)
 
     def gather_inputs(self, x_owned: torch.Tensor, slot: str) -> torch.Tensor:
-        """[owned | halo] rows of the first layer's transformed inputs; differentiable. Always the exact exchange
-        in fp32, whatever the schedule and --halo-dtype: the cached input rows it stands for are exact.
+        """[owned | halo] rows of a model's inputs that change every step (a typed graph's embedding rows:
+        gnn_dist.hetero.inputs); differentiable. Always the exact exchange in fp32, whatever the schedule and
+        --halo-dtype: a model's inputs are exact, as the cached input features of a homogeneous graph are.
 
         Shapes: [n_owned, F] -> [n_owned + n_halo, F]
         """
@@ -347,17 +348,17 @@ PLAIN_ROWS = Codec()  # fp32 rows as they are (stateless: one serves every excha
 
 
 class _InputGather(torch.autograd.Function):
-    """The first layer's exact exchange of transformed inputs (HaloExchanger.gather_inputs)."""
+    """The exact exchange of a model's inputs (HaloExchanger.gather_inputs), gradients back to the owners."""
 
     @staticmethod
     def forward(ctx, x_owned: torch.Tensor, ex: HaloExchanger, slot: str) -> torch.Tensor:  # type: ignore[override]
         ctx.ex, ctx.slot = ex, slot
-        ex.activity = f"epoch {ex.epoch}: {slot} forward exchange of transformed inputs"
+        ex.activity = f"epoch {ex.epoch}: {slot} forward exchange of input rows"
         with ex.plain_rows():
             return ex.exact_forward(x_owned.contiguous())
 
     @staticmethod
     def backward(ctx, grad_full: torch.Tensor):  # type: ignore[override]
-        ctx.ex.activity = f"epoch {ctx.ex.epoch}: {ctx.slot} backward exchange of transformed inputs"
+        ctx.ex.activity = f"epoch {ctx.ex.epoch}: {ctx.slot} backward exchange of input rows"
         with ctx.ex.plain_rows():
             return ctx.ex.exact_backward(grad_full.contiguous()), None, None

@@ -104,8 +104,6 @@ class DistConv(nn.Module):
         self.aggregate_first = type(self).aggregation(in_dim, out_dim)[0]
         # the first layer's CSR copy of the input features, where setup made one (gnn_dist.nn.sparse_features)
         self.input_features = None
-        # Set by the layer stack on a first layer that sends its owned rows' transform (exchanges_inputs)
-        self.exchange_inputs = False
         if exchanger is not None and not self.attention:
             # a linear aggregation renormalises rows a schedule leaves out (_conv_forward's aggregation_scale)
             exchanger.renormalising_slots.add(slot)
@@ -114,14 +112,6 @@ class DistConv(nn.Module):
     def layer_options(cls, config, layer: int, num_layers: int) -> dict:
         """Keyword arguments of layer `layer`'s constructor beyond the widths (GAT: its heads), from the ModelConfig."""
         return {}
-
-    @classmethod
-    def exchanges_inputs(cls, in_dim: int, out_dim: int, **layer_options) -> bool:
-        """Whether, as the first layer of full-batch training with resident halos, this layer sends its owned rows'
-        transform (the rows it aggregates) to the ranks that hold them as halo, instead of each of them
-        transforming the cached halo inputs. Exact either way; decided from the widths alone, so every rank
-        decides alike. Default: never (a linear layer aggregates the cached inputs first and sends nothing)."""
-        return False
 
     @classmethod
     def exchanged_width(cls, in_dim: int, out_dim: int, **layer_options) -> int:

@@ -8,10 +8,7 @@ Hidden layers have `--heads` heads of width `--hidden` (so they output heads * h
 layer has one head. Self loops are in the operator (one per row); the operator's values are not used.
 
 Across ranks: a rank owns its destination rows, so each row's softmax is local. The rows that travel are
-[x' | a_src] of the owned nodes (heads * C + heads columns); a_dst never leaves its rank. The first layer sends
-them too, exactly and in fp32 whatever the schedule, when transforming the cached halo inputs on every rank
-would cost more than moving the owners' rows (exchanges_inputs: most input widths); otherwise it transforms
-the cached inputs and sends nothing. With
+[x' | a_src] of the owned nodes (heads * C + heads columns); a_dst never leaves its rank. With
 --halo-memory sequential, halo blocks join by the online softmax and travel again in the backward. Attention dropout
 (`--attn-dropout`) is keyed by (seed, epoch, layer, original source id, original destination id, head), so
 every P keeps the same attention entries. The aggregation runs in kernels/attention.py.
@@ -32,10 +29,6 @@ from gnn_dist.models.base import DistConv, PygOnBlock, glorot_, with_self_loops
 from gnn_dist.models.registry import register_model
 
 _ATTENTION_SALT = 0x68E31DA4  # attention masks draw apart from the same layer's feature dropout
-# The first layer sends its owned rows' [x W | a_src] when a halo row's transform costs more flops than this
-# per byte its exchange moves (forward rows out, gradients back). A core multiplies 50-100 GFLOP/s where one
-# host's MPI copies 5-10 GB/s, so above ~10 the exchange is cheaper; transforms of few input columns stay local.
-INPUT_EXCHANGE_FLOPS_PER_BYTE = 16
 
 
 @register_model
@@ -69,12 +62,6 @@ class DistGATConv(DistConv):
     @classmethod
     def aggregation(cls, in_dim: int, out_dim: int, heads: int = 1, **_) -> tuple[bool, int]:
         return False, out_dim + heads  # it transforms first: the rows it aggregates are [x W | a_src]
-
-    @classmethod
-    def exchanges_inputs(cls, in_dim: int, out_dim: int, heads: int = 1, **_) -> bool:
-        # A halo row's transform: x W forward (2 in out flops), recomputed and its weight's gradient in the
-        # backward (4 in out); its exchange: out + heads floats forward and as many gradients back.
-        return 6 * in_dim * out_dim > INPUT_EXCHANGE_FLOPS_PER_BYTE * 8 * (out_dim + heads)
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         # PyG's GATConv: glorot on the weight and on each attention vector ([heads, C]), zero bias.
@@ -126,10 +113,6 @@ class DistGATConv(DistConv):
         n = self.operator.shape[0]
         if x_full is not None:
             source = self.transform(x_full)  # the first layer: halo inputs are the cached features
-        elif self.exchange_inputs:
-            # the first layer, exchanging its owned rows' transform instead (exchanges_inputs): always exact
-            source = self.exchanger.gather_inputs(self.transform(x), self.slot)
-            del x
         else:
             source = self.exchanger.gather(self.transform(x), self.slot)
             del x

@@ -22,7 +22,7 @@ from gnn_dist.plan.memory import (
     plan_part,
 )
 from gnn_dist.plan.options import PlanConfig
-from gnn_dist.plan.traffic import exchanged_widths, input_exchange_width
+from gnn_dist.plan.traffic import exchanged_widths
 from gnn_dist.schedules import parse_schedule
 
 
@@ -62,11 +62,9 @@ def staging_pool_bytes(shape: PartShape, config: PlanConfig, num_features: int, 
     if not (h or S) or not exchanged:
         return int(flat * STAGING_GROWTH)
     schedules = parse_schedule(config.schedule).per_layer(len(exchanged))
-    # the first layer's blocking exchange of transformed inputs, where it makes one, reuses the set-up pair
-    first = max(num_features, input_exchange_width(model, num_features, num_classes, config.halo_memory, config.mode))
     if any(s.kind == "pipeline" for s in schedules):
         # the set-up pair (input features) stays in the pool beside the layers' in-flight buffers
-        rows = (first + 2 * sum(exchanged)) * (S + h)
+        rows = (num_features + 2 * sum(exchanged)) * (S + h)
     else:
-        rows = max(first, *exchanged) * (S + h)
+        rows = max(num_features, *exchanged) * (S + h)
     return int((rows * FLOAT + flat) * STAGING_GROWTH)

@@ -32,7 +32,7 @@ from gnn_dist.partition.format import PartShape
 from gnn_dist.plan.link import link_pairs_bytes, plan_link_evaluation, plan_link_scoring
 from gnn_dist.plan.liveness import FLOAT, INDEX, Liveness
 from gnn_dist.plan.options import PlanConfig
-from gnn_dist.plan.traffic import exchanged_widths, input_exchange_width
+from gnn_dist.plan.traffic import exchanged_widths
 from gnn_dist.schedules import parse_schedule
 
 # Set-up builds the operator from COO entries: int64 rows and columns, float64 normalisation terms, the
@@ -81,9 +81,6 @@ class _Sizes:
     # which holds only the halo's rows and their gradients, never [owned | halo]
     overlapped: tuple = ()
     shared: bool = False  # overlapped exchanges write into and read from shared memory: no halo rows of their own
-    # the first layer sends its owned rows' transformed inputs (DistConv.exchanges_inputs): it drops out and
-    # transforms its owned rows only, and receives the halo's rows transformed
-    input_exchange: bool = False
 
 
 def largest_blocks(shape: PartShape, config: PlanConfig) -> tuple[int, int]:
@@ -121,11 +118,9 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     schedules = parse_schedule(config.schedule).per_layer(len(exchanged))
     overlapped = tuple(bool(peers) and halo_overlap.overlaps(s.kind, conv.attention, sequential, config.device)
                        for s in schedules)
-    input_width = input_exchange_width(model, num_features, num_classes, config.halo_memory, config.mode) \
-        if peers else 0
     sizes = _Sizes(n, h, block, sent_block, touched, feature_bytes, sequential, nnz, torch_kernels(config),
                    sparse_features.dropped_bytes(n + h, num_features, shape.feature_density) if sparse_copy else 0,
-                   overlapped, config.shared_halo, input_exchange=bool(input_width))
+                   overlapped, config.shared_halo)
     on_gpu = config.device != "cpu"
 
     blocks = sum(-(-r // (bound or r)) for r in peers)
@@ -144,7 +139,7 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     through_memory = [w for w, o in zip(exchanged, overlapped) if o and config.shared_halo]
     if not sequential and len(peers):
         # send rows and returned gradients, one buffer per distinct width (layers of one width share it)
-        persistent["exchange buffers"] = 2 * S * sum(set(exchanged + [input_width]) - set(through_memory)) * FLOAT
+        persistent["exchange buffers"] = 2 * S * sum(set(exchanged) - set(through_memory)) * FLOAT
     if through_memory:
         # its slot (the widest row times its send or halo rows, gnn_dist.halo.shared), and about as many pages
         # of the peers' slots it reads (their rows for its halo, their gradients of its send rows): RSS counts
@@ -208,10 +203,8 @@ def _forward(live: Liveness, config: PlanConfig, widths, z: _Sizes, training: bo
     n = z.n
     for k, (i, o, options) in enumerate(widths):
         aggregate_first, w = conv.aggregation(i, o, **options)
-        # a first layer that exchanges its transformed inputs drops out and transforms its owned rows only
-        input_exchange = k == 0 and z.input_exchange and training
         if k == 0:
-            rows = n if z.sequential or input_exchange else n + z.h
+            rows = n if z.sequential else n + z.h
             if z.sparse_input_dropped and p > 0:
                 # the dropout is drawn on the sparse copy's non-zeros: new values, no dense dropped-out copy
                 live.alloc("layer input", z.sparse_input_dropped)
@@ -235,22 +228,18 @@ def _forward(live: Liveness, config: PlanConfig, widths, z: _Sizes, training: bo
                     # one bit per element, rows padded to whole bytes, the ReLU folded in
                     live.alloc(f"saved mask {k}", n * ((i + 7) // 8) if p > 0 else 0)
         if not aggregate_first:
-            live.alloc("transformed rows", (n + z.h if k == 0 and not z.sequential and not input_exchange else n)
-                       * o * FLOAT)
+            live.alloc("transformed rows", (n + z.h if k == 0 and not z.sequential else n) * o * FLOAT)
         if z.sequential:
             # one block: the rows sent, then the rows received and their product into the touched rows
             live.alloc("halo block", (z.block + max(z.sent_block, z.touched)) * w * FLOAT
                        + (z.block * i * FLOAT if k == 0 else 0))
-        elif input_exchange:
-            live.alloc("halo rows", (n + z.h) * w * FLOAT)  # the exact exchange's [owned | halo] rows
-            live.free("transformed rows")
         elif k > 0:
             # training's overlapped exchange holds the halo's rows alone (evaluation: LayerStack.forward_layerwise)
             live.alloc("halo rows", _overlapped_halo_rows(z) * w * FLOAT if training and z.overlapped[k - 1]
                        else (n + z.h) * w * FLOAT)
         if conv.attention:
             # the aggregated rows [x W | a_src] stay for the backward (it recomputes the attention from them)
-            live.rename("halo rows" if (k > 0 or input_exchange) and not z.sequential else "transformed rows",
+            live.rename("halo rows" if k > 0 and not z.sequential else "transformed rows",
                         f"saved source {k}" if training else "source")
         live.alloc("aggregated", n * w * FLOAT)
         live.free("halo block", "halo rows", "transformed rows", "source")

@@ -14,17 +14,6 @@ def exchanged_widths(config: ModelConfig, in_dim: int, out_dim: int) -> list[int
             for k, (i, o, options) in enumerate(config.layers(in_dim, out_dim))]
 
 
-def input_exchange_width(config: ModelConfig, in_dim: int, out_dim: int, halo_memory: str = "resident",
-                         mode: str = "full") -> int:
-    """Width of the transformed input rows the first layer sends instead of transforming the cached halo inputs
-    (DistConv.exchanges_inputs; full-batch with resident halos only), or 0: it sends nothing."""
-    if mode != "full" or halo_memory != "resident":
-        return 0
-    conv_type = model_class(config.model)
-    i, o, options = config.layers(in_dim, out_dim)[0]
-    return conv_type.exchanged_width(i, o, **options) if conv_type.exchanges_inputs(i, o, **options) else 0
-
-
 def predicted_halo_bytes_per_epoch(total_halo_rows: int, config: ModelConfig, in_dim: int, out_dim: int,
                                    halo_dtype: str = "fp32", schedule: str = "exact",
                                    num_parts: int = 1, halo_memory: str = "resident") -> float:
@@ -35,13 +24,10 @@ def predicted_halo_bytes_per_epoch(total_halo_rows: int, config: ModelConfig, in
     adaptive schedules. Each schedule owns its figure (Schedule.predicted_bytes).
     Attention layers with sequential halos send their forward rows again in the
     backward (gnn_dist.halo.blocks.attend_blocks): three transfers per row, not two.
-    A first layer that exchanges its transformed inputs adds them, exact (input_exchange_width).
     """
     codec = make_codec(halo_dtype)
     widths = [w for w in exchanged_widths(config, in_dim, out_dim) if w]
     transfers = 3 if halo_memory == "sequential" and model_class(config.model).attention else 2
     schedules = parse_schedule(schedule).per_layer(len(widths))
-    # the first layer's transformed inputs travel exactly, in fp32, whatever the schedule and halo dtype
-    inputs = 2 * total_halo_rows * 4 * input_exchange_width(config, in_dim, out_dim, halo_memory)
-    return inputs + sum(layer_schedule.predicted_bytes(transfers * total_halo_rows * codec.row_bytes(w), 1, num_parts)
-                        for layer_schedule, w in zip(schedules, widths))
+    return sum(layer_schedule.predicted_bytes(transfers * total_halo_rows * codec.row_bytes(w), 1, num_parts)
+               for layer_schedule, w in zip(schedules, widths))

@@ -41,11 +41,6 @@ class LayerStack(nn.Module):
             for k, (i, o, options) in enumerate(layers))
         for conv in self.convs:
             conv.column_ids = graph.column_ids
-        # Full-batch training with resident halos: the first layer may send its owned rows' transform rather
-        # than transform the cached halo inputs on every rank (DistConv.exchanges_inputs)
-        i, o, options = layers[0]
-        self.convs[0].exchange_inputs = graph.operator is not None and graph.blocked is None \
-            and conv_type.exchanges_inputs(i, o, **options)
         self.norms = nn.ModuleList(
             DistBatchNorm(o, exchanger) for _, o, _ in layers[:-1]) if config.batch_norm else None
         # A private generator: the initial weights depend on the seed alone, not on
@@ -82,9 +77,6 @@ class LayerStack(nn.Module):
                     h = conv(x_full=h)
                 finally:
                     conv.input_features = sparse
-            elif k == 0 and conv.exchange_inputs:
-                # only the owned rows are dropped out and transformed here; the halo's arrive transformed
-                h = conv([keyed_dropout(x_full[:graph.n_owned].float(), graph.node_ids, key, p, self.training)])
             elif k == 0:
                 h = conv(x_full=keyed_dropout(h.float(), graph.column_ids, key, p, self.training))
             else:
