@@ -60,7 +60,8 @@ class TypedInputs(nn.Module):
                                                   beat=exchanger.beat).fetch_once(x)
             else:
                 ids = part.node_ids[owned]  # homogeneous ids: unique per (type, type-local id)
-                self.shards[name] = nn.Parameter(torch.from_numpy(keyed_normal(ids, seed, hidden)).float().to(device))
+                rows = keyed_normal(ids, seed, hidden).astype(np.float32)
+                self.shards[name] = nn.Parameter(torch.from_numpy(rows).to(device))
         featureless = ~np.isin(np.arange(len(typed.node_types)), [typed.type_index(t) for t in self.linears])
         self.halo_featureless = torch.from_numpy(np.flatnonzero(featureless[typed.halo_type])).to(device)
         # the embedding rows' exchange: the featureless types' halo rows and send rows only

@@ -10,7 +10,8 @@ The runtime asks the task and never branches on its name. A task is one file und
     best_key                  the validation key that picks the best epoch (and the guard's collapse rule watches)
     training_modes            --mode -> the TrainingMode class (gnn_dist.steps.mode), built as cls(state, part)
     output_width()            the last layer's width
-    build_model(graph, exchanger)   the LayerStack with the task's head attached (its parameters train with it)
+    build_model(graph, exchanger, part)   the LayerStack (on a typed partition, the typed stack, which reads the
+                                    part) with the task's head attached (its parameters train with it)
     prepare(state, part)      load the task's data from the part into the rank's state (before the mode is built)
     evaluate(state)           the epoch_keys, over all ranks (collective)
     traffic_figures(ctx, trained, evaluation)   the task's own traffic keys of an epoch record, from the training
