@@ -1,5 +1,6 @@
-"""METIS's node-balanced parts against `--balance-edges` (issue 33): node and edge balance and edge cut per
-graph, P and seed, then, optionally, epoch time of P = 1 against both P = 2 partitions, rounds alternating.
+"""What METIS balances (`gnn-dist partition --balance nodes|edges|both`): node and edge balance and edge cut per
+graph, P and seed, then, optionally, epoch time of P = 1 against a P = 2 partition of each rule, rounds
+alternating.
 
     python -m gnn_dist.benchmarks.balance_bench --datasets planetoid:Cora,npz:../shared/data/npz/facebook.npz \
         --root ../shared/data/planetoid --parts 2,4,8 --seeds 0,1,2 --out runs/bench-balance
@@ -7,10 +8,10 @@ graph, P and seed, then, optionally, epoch time of P = 1 against both P = 2 part
         --time "--model gat --heads 4 --hidden 64 --num-layers 3" --epochs 20 --rounds 3 --out runs/bench-balance-gat
 
 Balance is max/mean over parts: of node counts, and of operator rows' entries (in-degree + 1, the
-aggregation's work). `--balance-edges` was recursive bisection with one constraint (edges) until k-way
-replaced it; the table keeps the old rule beside the new one (METIS called with recursive=True, everything
-else the same) so the choice can be re-examined. Partitioning runs in this process; the timed runs are real
-`mpiexec -n P gnn-dist train` processes, one at a time, one torch thread each.
+aggregation's work). Beside the three rules, METIS's own multi-constraint mode (node counts and edges as two
+vertex weights, k-way, DistDGL's balance_edges) is tried through pymetis, for the record. Partitioning runs in
+this process; the timed runs are real `mpiexec -n P gnn-dist train` processes, one at a time, one torch thread
+each.
 """
 from __future__ import annotations
 
@@ -24,24 +25,29 @@ import numpy as np
 
 from gnn_dist.benchmarks.common import machine, markdown_table, run_train
 
-RULES = {"nodes (default)": {}, "--balance-edges (k-way)": {"balance_edges": True},
-         "--balance-edges, recursive bisection (before)": {"balance_edges": True, "recursive": True}}
+RULES = {"--balance nodes": {"balance": "nodes"}, "--balance edges": {"balance": "edges"},
+         "--balance both": {"balance": "both"},
+         "nodes and edges, two METIS constraints (pymetis)": {"balance": "nodes", "two_constraints": True}}
 
 
-def assign(graph, num_parts: int, seed: int, balance_edges: bool = False, recursive: bool | None = None):
+def assign(graph, num_parts: int, seed: int, balance: str = "nodes", two_constraints: bool = False):
+    """The part vector of a rule; two_constraints asks METIS (k-way) itself for node counts and edges at once,
+    DistDGL's way, by handing pymetis both vertex weights."""
     import pymetis
 
     from gnn_dist.partition.metis import assign_parts
 
-    if recursive is None:
-        return assign_parts(graph, num_parts, seed=seed, balance_edges=balance_edges)
+    if not two_constraints:
+        return assign_parts(graph, num_parts, seed=seed, balance=balance)
     real = pymetis.part_graph
+    rows = np.bincount(graph.edge_index[1], minlength=graph.num_nodes) + 1
 
-    def forced(*args, **kwargs):
-        return real(*args, **{**kwargs, "recursive": recursive})
+    def both(*args, **kwargs):
+        weights = np.stack([np.ones(graph.num_nodes, dtype=np.int64), rows], axis=1).reshape(-1)
+        return real(*args, **{**kwargs, "vweights": weights, "recursive": False})
 
-    with mock.patch.object(pymetis, "part_graph", forced):
-        return assign_parts(graph, num_parts, seed=seed, balance_edges=balance_edges)
+    with mock.patch.object(pymetis, "part_graph", both):
+        return assign_parts(graph, num_parts, seed=seed, balance=balance)
 
 
 def balance_rows(datasets: list[str], root: str | None, parts: list[int], seeds: list[int]) -> list[dict]:
@@ -75,7 +81,8 @@ def timing_rows(spec: str, root: str | None, train_options: list[str], epochs: i
     import subprocess
     import sys
 
-    layouts = {"P=1": (1, []), "P=2 nodes (default)": (2, []), "P=2 --balance-edges": (2, ["--balance-edges"])}
+    layouts = {"P=1": (1, []), **{f"P=2 --balance {rule}": (2, ["--balance", rule]) for rule in ("nodes", "edges",
+                                                                                                "both")}}
     dirs = {}
     for name, (num_parts, flags) in layouts.items():
         directory = out / "partitions" / name.replace(" ", "_").replace("=", "").replace("(", "").replace(")", "")

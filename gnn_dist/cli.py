@@ -29,7 +29,8 @@ from gnn_dist.config import (
 )
 from gnn_dist.embed import EmbedConfig
 from gnn_dist.memory.host import byte_size
-from gnn_dist.partition.partitioner import DEFAULT_LOCALITY_BLOCK
+from gnn_dist.partition.metis import BALANCES
+from gnn_dist.partition.partitioner import DEFAULT_BALANCE, DEFAULT_LOCALITY_BLOCK
 from gnn_dist.plugins.loading import PluginError
 from gnn_dist.plugins.loading import import_plugins as load_plugins
 from gnn_dist.resilience.supervise import EXIT_FAILED, EXIT_SETUP, supervise
@@ -93,10 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bytes each partitioning rank may use (default: what the host has available, shared)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--balance-train", action="store_true", help="balance training nodes across parts too")
-    p.add_argument("--balance-edges", action="store_true",
-                   help="balance edges across parts instead of nodes (k-way METIS, each node weighing its "
-                        "in-degree + 1): evens out full-batch compute on graphs with skewed degrees, at less even "
-                        "node counts and sometimes more edges cut")
+    p.add_argument("--balance", default=None, choices=BALANCES,
+                   help=f"what METIS evens across parts: node counts; edges (each node weighing its in-degree + 1: "
+                        f"full-batch compute on graphs with skewed degrees, at less even node counts); or both, "
+                        f"weighed alike (default: {DEFAULT_BALANCE}; PT-Scotch and typed graphs balance their own "
+                        f"way; benchmarks/results/balance-default.md)")
+    p.add_argument("--balance-edges", dest="balance", action="store_const", const="edges",
+                   help="the same as --balance edges")
     p.add_argument("--normalize-features", action="store_true",
                    help="divide each node's features by their sum, as PyG's NormalizeFeatures (the usual "
                         "preprocessing of Planetoid's bag-of-words features)")

@@ -40,7 +40,7 @@ def edge_imbalance_warning(meta, model_name: str) -> str | None:
 
     Node-balanced METIS parts of a graph with a dense core differ in edges (twitch FR at P=2: 1.26x); a model
     whose work is mostly per edge then runs at the heaviest part's pace. GCN and SAGE are left alone: their
-    dense transforms, per node, dominate at usual widths, and --balance-edges lets the node counts drift.
+    dense transforms, per node, dominate at usual widths, and --balance edges lets the node counts drift.
     """
     from gnn_dist.models import model_class
 
@@ -52,8 +52,10 @@ def edge_imbalance_warning(meta, model_name: str) -> str | None:
     edges = edge_counts(meta)
     heaviest = edges.index(max(edges))
     return (f"part {heaviest} aggregates {balance:.2f}x the mean of the parts' edges: {model_name}'s attention works "
-            f"per edge, so the other ranks wait for it in every layer; partition again with --balance-edges to "
-            f"even the edges (gnn-dist inspect shows the balance)")
+            f"per edge, so the other ranks wait for it in every layer (P={meta.num_parts} runs at most "
+            f"{meta.num_parts / balance:.2f}x one rank's speed on these parts); partition again with --balance both "
+            f"(the default, nodes and edges together) or --balance edges (edges within 3%, up to "
+            f"{meta.num_parts / 1.03:.2f}x) to even them (gnn-dist inspect shows the balance)")
 
 
 def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = None, *,
@@ -190,7 +192,7 @@ def format_report(report: dict) -> str:
         f"  edge cut            {report['edge_cut']:,} undirected edges ({100 * report['edge_cut_fraction']:.1f}%)",
         f"  replication factor  {report['replication_factor']:.3f} (owned + halo over nodes)",
         f"  balance             {report['balance']:.3f} nodes, {report['train_balance']:.3f} training nodes, "
-        f"{report['edge_balance']:.3f} edges (max/mean; --balance-edges evens the edges)",
+        f"{report['edge_balance']:.3f} edges (max/mean; --balance both evens both, --balance edges the edges)",
         f"  halo payload        {report['halo_bytes_per_layer_per_column']:,} bytes per layer per feature column (fp32)",
         f"  training traffic    {mb:.2f} MB of halo payload per epoch for {m['model']} hidden {m['hidden']}, "
         f"{m['num_layers']} layers, schedule {report['schedule']}, halo dtype {report['halo_dtype']} "

@@ -50,7 +50,7 @@ def cmd_partition(args, argv: list[str]) -> int:
     from gnn_dist.partition.hetero import HeteroGraph
     from gnn_dist.partition.memory_model import refusal
     from gnn_dist.partition.metis import PartitionError, check_num_parts
-    from gnn_dist.partition.partitioner import partition_graph
+    from gnn_dist.partition.partitioner import DEFAULT_BALANCE, partition_graph
 
     start = time.perf_counter()
     if args.num_parts < 1:
@@ -90,7 +90,8 @@ def cmd_partition(args, argv: list[str]) -> int:
             if args.normalize_features:
                 graph = graph.with_normalized_features()
             meta = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
-                                   balance_train=args.balance_train, balance_edges=args.balance_edges,
+                                   balance_train=args.balance_train,
+                                   balance=args.balance or ("nodes" if args.balance_train else DEFAULT_BALANCE),
                                    overwrite=args.overwrite,
                                    locality_block=args.locality_block, objective=args.objective, task=args.task,
                                    **({"edge_split": edge_split, "mrr_negatives": args.mrr_negatives}
@@ -106,9 +107,9 @@ def cmd_partition(args, argv: list[str]) -> int:
     if args.balance_train:
         return _fail("partition", "--balance-train needs METIS's second vertex constraint, which Scotch lacks: "
                                   "drop it or use --method metis", launcher_rank() or 0)
-    if args.balance_edges:
-        return _fail("partition", "--balance-edges weighs METIS's vertices; the PT-Scotch path does not: drop it "
-                                  "or use --method metis", launcher_rank() or 0)
+    if args.balance not in (None, "nodes"):
+        return _fail("partition", f"--balance {args.balance} weighs METIS's vertices; the PT-Scotch path balances "
+                                  f"nodes: drop it or use --method metis", launcher_rank() or 0)
     if args.normalize_features and args.dataset.startswith("chunked:"):
         return _fail("partition", "--normalize-features is not supported for chunked: datasets: drop it, or "
                                   "partition the original --dataset instead of its chunked copy",
@@ -166,7 +167,7 @@ def _partition_typed(graph, args):
     from gnn_dist.partition.graph import DatasetError
     from gnn_dist.partition.hetero_parts import partition_typed_graph
 
-    for flag, given in (("--task link", args.task == "link"), ("--balance-edges", args.balance_edges),
+    for flag, given in (("--task link", args.task == "link"), (f"--balance {args.balance}", args.balance is not None),
                         ("--balance-train", args.balance_train), ("--normalize-features", args.normalize_features)):
         if given:
             raise DatasetError(f"{flag} is not supported for a typed graph ({graph.name}) yet: drop it (each node "

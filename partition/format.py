@@ -102,6 +102,9 @@ class PartitionMeta:
     # a typed graph (gnn_dist.partition.hetero_parts): node_types, target, num_nodes and feature_widths per type,
     # relations [[src, name, dst], ...] and their edge counts, reverse_relations; None: a homogeneous graph
     hetero: dict | None = None
+    # what METIS evened across parts (nodes, edges or both: gnn_dist.partition.metis.assign_parts); None: not
+    # recorded (older partitions), or another partitioner's own balance
+    balance: str | None = None
 
     @property
     def edge_cut(self) -> int:

@@ -31,8 +31,12 @@ def check_num_parts(num_parts: int, num_nodes: int) -> None:
 OBJECTIVES = ("cut", "volume")
 
 
+BALANCES = ("nodes", "edges", "both")
+
+
 def assign_parts(graph: Graph, num_parts: int, *, method: str = "metis", seed: int = 0,
-                 balance_train: bool = False, objective: str = "cut", balance_edges: bool = False) -> np.ndarray:
+                 balance_train: bool = False, objective: str = "cut", balance_edges: bool = False,
+                 balance: str = "nodes") -> np.ndarray:
     """Part id (int64 [N]) of every node.
 
     objective: what METIS minimises: "cut" (edges between parts) or "volume" (its total communication
@@ -43,11 +47,18 @@ def assign_parts(graph: Graph, num_parts: int, *, method: str = "metis", seed: i
     node counts (a second vertex constraint, as DistDGL does), so every rank
     has a similar share of the loss.
 
-    balance_edges: balance each part's edges (its nodes' in-degrees plus one) instead of its nodes.
-    Full-batch aggregation and GAT's attention cost about one unit per edge, so on graphs with skewed degrees
-    node-balanced parts leave one rank doing most of the work (twitch FR at P=2: 143k against 82k edges);
-    the price is uneven node counts, and so uneven feature and activation memory.
+    balance: what METIS evens across parts. "nodes": node counts. "edges": each part's edges (its nodes'
+    in-degrees plus one): full-batch aggregation and GAT's attention cost about one unit per edge, so on graphs
+    with skewed degrees node-balanced parts leave one rank doing most of the work (twitch FR at P=2: 143k
+    against 82k edges), at the price of uneven node counts, and so uneven feature and activation memory.
+    "both": nodes and edges weighed alike, each node (in-degree + 1) plus the mean of that, so a part's share of
+    the edges and its share of the nodes sum to about 2 / P: neither can run far from its mean.
+    balance_edges: the older spelling of balance="edges".
     """
+    if balance_edges:
+        balance = "edges"
+    if balance not in BALANCES:
+        raise PartitionError(f"unknown --balance {balance!r}: use nodes, edges or both")
     check_num_parts(num_parts, graph.num_nodes)
     if objective not in OBJECTIVES:
         raise PartitionError(f"unknown --objective {objective!r}: use cut or volume")
@@ -55,9 +66,9 @@ def assign_parts(graph: Graph, num_parts: int, *, method: str = "metis", seed: i
         raise PartitionError(f"--objective {objective} is an objective of METIS: use it with --method metis")
     if method not in METHODS:
         raise PartitionError(f"unknown partition method {method!r}: use --method metis or --method random")
-    if balance_train and balance_edges:
-        raise PartitionError("--balance-train and --balance-edges each weigh METIS's vertices their own way: "
-                             "use one of them")
+    if balance_train and balance != "nodes":
+        raise PartitionError(f"--balance-train and --balance {balance} each weigh METIS's vertices their own way: "
+                             f"use one of them")
     if num_parts == 1:
         return np.zeros(graph.num_nodes, dtype=np.int64)
     if method == "random":
@@ -65,11 +76,11 @@ def assign_parts(graph: Graph, num_parts: int, *, method: str = "metis", seed: i
         parts = np.empty(graph.num_nodes, dtype=np.int64)
         parts[rng.permutation(graph.num_nodes)] = np.arange(graph.num_nodes) % num_parts
         return parts
-    return _fill_empty_parts(_metis(graph, num_parts, seed, balance_train, objective, balance_edges), num_parts)
+    return _fill_empty_parts(_metis(graph, num_parts, seed, balance_train, objective, balance), num_parts)
 
 
 def _metis(graph: Graph, num_parts: int, seed: int, balance_train: bool, objective: str = "cut",
-           balance_edges: bool = False) -> np.ndarray:
+           balance: str = "nodes") -> np.ndarray:
     import pymetis
 
     n = graph.num_nodes
@@ -80,15 +91,17 @@ def _metis(graph: Graph, num_parts: int, seed: int, balance_train: bool, objecti
     vweights = None
     if balance_train:
         vweights = np.stack([np.ones(n, dtype=np.int64), graph.train_mask.astype(np.int64)], axis=1).reshape(-1)
-    elif balance_edges:
-        # One constraint, each node weighing its operator row (its in-edges and its self loop). A second
-        # constraint beside the node counts, as DistDGL's balance_edges, left both badly unbalanced through
-        # pymetis 2025.2 on twitch FR at P=2 (nodes 2,983 / 3,566, edges 77.6k / 147.7k).
-        vweights = np.diff(xadj) + 1
+    elif balance != "nodes":
+        # One constraint, each node weighing its operator row (its in-edges and its self loop), plus for "both"
+        # the mean row. A second constraint beside the node counts, as DistDGL's balance_edges, left both badly
+        # unbalanced through pymetis 2025.2 (twitch FR at P=2: nodes 2,983 / 3,566, edges 77.6k / 147.7k; at
+        # P=8 on five graphs the edges stayed 1.15-2.53x their mean, benchmarks/results/balance-default.md).
+        rows = np.diff(xadj) + 1
+        vweights = rows + int(round(rows.mean())) if balance == "both" else rows
     options = pymetis.Options()
     options.seed = int(seed)
     recursive = None  # pymetis's choice (recursive bisection for few parts), as before --objective existed
-    if balance_edges:
+    if balance != "nodes":
         # k-way: it holds the edges within its 3% tolerance and leaves the node counts far less uneven than
         # recursive bisection does (twitch FR at P=2: nodes 1.01x the mean against 1.22x; lower node
         # imbalance in 13 of 15 graph and P cells, benchmarks/results/balance-edges-kway.md)

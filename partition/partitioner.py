@@ -19,14 +19,21 @@ from gnn_dist.partition.link_split import (
 from gnn_dist.partition.metis import assign_parts, locality_blocks
 
 DEFAULT_LOCALITY_BLOCK = 256
+# What METIS evens across parts by default (gnn_dist.partition.metis.assign_parts): node counts and edges weighed
+# alike. Chosen from the worst case over the real graphs and stress graphs at P = 2, 4, 8, 3 seeds each
+# (benchmarks/results/balance-default.md): node-balanced parts let a part's edges reach 2.79x their mean
+# (tolokers, P=8), edge-balanced ones a part's nodes 1.73x (facebook, P=8), both together neither past 1.34x.
+DEFAULT_BALANCE = "both"
 
 
 def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, method: str = "metis",
                     seed: int = 0, balance_train: bool = False, overwrite: bool = False,
                     locality_block: int = DEFAULT_LOCALITY_BLOCK, objective: str = "cut", task: str = "node",
                     edge_split: tuple[float, float, float] = DEFAULT_EDGE_SPLIT,
-                    mrr_negatives: int = DEFAULT_MRR_NEGATIVES, balance_edges: bool = False) -> PartitionMeta:
-    """locality_block: nodes per METIS block when numbering inside a part (0: dataset order).
+                    mrr_negatives: int = DEFAULT_MRR_NEGATIVES, balance_edges: bool = False,
+                    balance: str | None = None) -> PartitionMeta:
+    """balance: what METIS evens across parts (nodes, edges or both; default DEFAULT_BALANCE).
+    locality_block: nodes per METIS block when numbering inside a part (0: dataset order).
     objective: what METIS minimises, cut or volume (gnn_dist.partition.metis.assign_parts).
     task link: the held-out edges leave the graph before it is partitioned, and each part stores the split's
     pairs whose source it owns (gnn_dist.partition.link_split); a dataset's official split is kept."""
@@ -41,8 +48,10 @@ def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, met
         else:
             graph, split = split_edges(graph, edge_split, seed, mrr_negatives)
             source = f"seeded {','.join(f'{f:g}' for f in edge_split)} (seed {seed})"
+    if balance is None:  # --balance-train is a second METIS constraint beside the node counts
+        balance = "nodes" if balance_train or balance_edges else DEFAULT_BALANCE
     parts = assign_parts(graph, num_parts, method=method, seed=seed, balance_train=balance_train,
-                         objective=objective, balance_edges=balance_edges)
+                         objective=objective, balance_edges=balance_edges, balance=balance)
     blocks = locality_blocks(graph, parts, num_parts, locality_block, seed) if locality_block > 0 else None
     partptr, node_map, part_arrays = build_parts(graph, parts, num_parts, blocks)
     infos = [dataclasses.asdict(part_stats(arrays)) for arrays in part_arrays]
@@ -55,6 +64,7 @@ def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, met
         dataset=graph.name, num_nodes=graph.num_nodes, num_edges=graph.num_edges, num_parts=num_parts,
         num_features=graph.num_features, num_classes=graph.num_classes, num_train=int(graph.train_mask.sum()),
         method=method, seed=seed, partptr=[int(v) for v in partptr], task=task, link=link,
+        balance=("edges" if balance_edges else balance) if method == "metis" else None,
         feature_density=float(np.count_nonzero(graph.x)) / max(graph.x.size, 1),
     )
     return save(out, meta_fields, node_map, part_arrays, infos, overwrite=overwrite)

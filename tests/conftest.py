@@ -75,17 +75,18 @@ def tiny_graph():
 
 @pytest.fixture(scope="session")
 def partitioned(tmp_path_factory):
-    """partitioned(spec, P, method='metis', root=None) -> directory, cached for the session."""
+    """partitioned(spec, P, method='metis', root=None, balance=None) -> directory, cached for the session."""
     from gnn_dist.partition.datasets import load_dataset
     from gnn_dist.partition.partitioner import partition_graph
 
     cache: dict = {}
 
-    def make(spec: str, num_parts: int, method: str = "metis", root: str | None = None) -> Path:
-        key = (spec, num_parts, method, root)
+    def make(spec: str, num_parts: int, method: str = "metis", root: str | None = None,
+             balance: str | None = None) -> Path:
+        key = (spec, num_parts, method, root, balance)
         if key not in cache:
             out = tmp_path_factory.mktemp("parts") / f"p{num_parts}"
-            partition_graph(load_dataset(spec, root), num_parts, out, method=method)
+            partition_graph(load_dataset(spec, root), num_parts, out, method=method, balance=balance)
             cache[key] = out
         return cache[key]
 

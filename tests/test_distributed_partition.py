@@ -217,7 +217,8 @@ def test_guard_grows_with_the_graph_and_shrinks_with_ranks():
 @pytest.mark.parametrize("args, message", [
     (["--method", "metis", "--ranks", "2"], "--ranks is for --method ptscotch"),
     (["--method", "ptscotch", "--balance-train"], "--balance-train needs METIS"),
-    (["--method", "ptscotch", "--balance-edges"], "--balance-edges weighs METIS's vertices"),
+    (["--method", "ptscotch", "--balance-edges"], "--balance edges weighs METIS's vertices"),
+    (["--method", "ptscotch", "--balance", "both"], "--balance both weighs METIS's vertices"),
 ])
 def test_bad_flag_combinations(tmp_path, small_chunked, args, message):
     done = run_cli("partition", "--dataset", f"chunked:{small_chunked}", "--num-parts", "2", "--out",

@@ -19,7 +19,15 @@ CORA_GAT = GAT + ["--heads", "8", "--hidden", "8", "--dropout", "0.6", "--lr", "
 @pytest.mark.parametrize("num_parts", [1, 2, 4])
 @pytest.mark.parametrize("halo_memory", ["resident", "sequential"])
 def test_gat_logits_and_gradients_equal_pyg(partitioned, num_parts, halo_memory):
-    directory = partitioned("synthetic:small", num_parts)
+    """Float32 ranks against PyG in float64, gradients to 1e-5 absolute.
+
+    The parts are node-balanced: on the default (nodes and edges) parts at P=2 one first-layer pre-activation
+    lies within float32 rounding of zero (the native kernel's sum rounds it to 0, the torch formulation's to
+    +7e-9, measured), so the ReLU passes one gradient that float64 blocks and layer 0's gradients move by 2e-5.
+    That is a tie, not an error in the exchange: both kernels agree with a float64 recomputation to 1e-9 on
+    every attention backward of that run. The loss-curve test below runs on the default parts.
+    """
+    directory = partitioned("synthetic:small", num_parts, balance="nodes")
     done = run_mpi(num_parts, "--parts", str(directory), "--dataset", "synthetic:small", "--model", "gat",
                    "--hidden", "8", "--heads", "4", "--num-layers", "3", "--halo-memory", halo_memory,
                    "--halo-block-rows", "100", script="equivalence.py")

@@ -182,7 +182,7 @@ def test_balance_edges_evens_each_parts_edges_by_the_datasets_own_degrees(tmp_pa
     def edge_balance(directory) -> float:
         return balance(directory, in_degree)
 
-    partition_graph(graph, 4, tmp_path / "nodes")
+    partition_graph(graph, 4, tmp_path / "nodes", balance="nodes")
     partition_graph(graph, 4, tmp_path / "edges", balance_edges=True)
     assert edge_balance(tmp_path / "nodes") > 1.15
     # each operator row (in-edges and the self loop) within k-way METIS's 3% tolerance; the in-edges alone close
@@ -202,13 +202,39 @@ def test_balance_edges_evens_each_parts_edges_by_the_datasets_own_degrees(tmp_pa
     assert not (tmp_path / "both").exists()
 
 
+def meta_balance(directory) -> str | None:
+    return load_meta(directory).balance
+
+
+@pytest.mark.parametrize("num_parts", [4, 8])
+def test_balance_both_keeps_each_parts_node_and_edge_shares_together_near_their_mean(tmp_path, num_parts):
+    """--balance both weighs each node (in-degree + 1) plus the mean of that: METIS's 3% on that weight means a
+    part's share of the nodes and its share of the operator rows' entries sum to at most 2.06 / P. Counted from
+    the dataset's own degrees through the partition's node map."""
+    graph = load_dataset("synthetic:small")
+    rows = np.bincount(graph.edge_index[1], minlength=graph.num_nodes) + 1
+
+    def shares(rule):
+        partition_graph(graph, num_parts, tmp_path / rule, balance=rule)
+        meta, node_map = load_meta(tmp_path / rule), load_node_map(tmp_path / rule)
+        members = [node_map[meta.partptr[k]:meta.partptr[k + 1]] for k in range(num_parts)]
+        return (np.array([len(m) / graph.num_nodes for m in members]),
+                np.array([rows[m].sum() / rows.sum() for m in members]))
+
+    node_share, edge_share = shares("both")
+    assert ((node_share + edge_share) * num_parts / 2).max() <= 1.031
+    assert meta_balance(tmp_path / "both") == "both"
+    # each share nearer its mean than under the rule that balances the other one alone
+    assert edge_share.max() < shares("nodes")[1].max() and node_share.max() < shares("edges")[0].max()
+
+
 def test_attention_training_on_parts_uneven_in_edges_warns_once_and_names_the_fix(tmp_path):
     """GAT on node-balanced parts of synthetic:small (skewed degrees) is told which part is heaviest in edges,
-    by how much (counted from the dataset's own degrees), and that --balance-edges evens them; GCN and SAGE,
+    by how much (counted from the dataset's own degrees), what that bounds, and the fix; GCN and SAGE,
     whose dense transforms dominate, and GAT on edge-balanced parts are not warned."""
     graph = load_dataset("synthetic:small")
     in_degree = np.bincount(graph.edge_index[1], minlength=graph.num_nodes)
-    partition_graph(graph, 4, tmp_path / "nodes")
+    partition_graph(graph, 4, tmp_path / "nodes", balance="nodes")
     partition_graph(graph, 4, tmp_path / "edges", balance_edges=True)
     meta, node_map = load_meta(tmp_path / "nodes"), load_node_map(tmp_path / "nodes")
     loads = [in_degree[node_map[meta.partptr[k]:meta.partptr[k + 1]]].sum() for k in range(4)]
@@ -216,7 +242,8 @@ def test_attention_training_on_parts_uneven_in_edges_warns_once_and_names_the_fi
     assert balance > 1.15
     warning = edge_imbalance_warning(meta, "gat")
     assert warning is not None
-    assert warning.startswith(f"part {heaviest} aggregates {balance:.2f}x the mean") and "--balance-edges" in warning
+    assert warning.startswith(f"part {heaviest} aggregates {balance:.2f}x the mean") and "--balance edges" in warning
+    assert f"P=4 runs at most {4 / balance:.2f}x one rank's speed" in warning
     assert edge_imbalance_warning(meta, "gcn") is None and edge_imbalance_warning(meta, "sage") is None
     assert edge_imbalance_warning(load_meta(tmp_path / "edges"), "gat") is None
     done = run_mpi(4, "train", "--parts", str(tmp_path / "nodes"), "--model", "gat", "--hidden", "8",
