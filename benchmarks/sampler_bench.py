@@ -53,6 +53,47 @@ print(json.dumps({"epoch_s": times, "version": dgl.__version__}))
 """
 
 
+# Runs under DGL's interpreter: a whole sampled GraphSAGE epoch (sampling, features, forward, backward, Adam), DGL's
+# own way (dgl.dataloading.DataLoader over NeighborSampler, SAGEConv 'mean', dropout 0.5 before every layer
+# but the first, as gnn-dist's stack drops out every layer's input). argv: graph.npz, fanouts (input layer
+# first), batch, epochs, hidden; prints one JSON line of seconds per epoch.
+DGL_TRAIN = r"""
+import json, sys, time
+import numpy as np, torch, torch.nn.functional as F
+torch.set_num_threads(1)
+import dgl
+from dgl.nn import SAGEConv
+arrays = np.load(sys.argv[1])
+fanouts = [int(f) for f in sys.argv[2].split(",")]
+batch, epochs, hidden = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+src, dst = arrays["edge_index"]
+g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=int(arrays["num_nodes"]))
+x, y = torch.from_numpy(arrays["x"]), torch.from_numpy(arrays["y"])
+train = torch.from_numpy(np.flatnonzero(arrays["train_mask"]))
+dims = [x.shape[1]] + [hidden] * (len(fanouts) - 1) + [int(y.max()) + 1]
+layers = torch.nn.ModuleList(SAGEConv(i, o, "mean") for i, o in zip(dims[:-1], dims[1:]))
+opt = torch.optim.Adam(layers.parameters(), lr=0.01, weight_decay=5e-4)
+loader = dgl.dataloading.DataLoader(g, train, dgl.dataloading.NeighborSampler(fanouts), batch_size=batch,
+                                    shuffle=True, drop_last=False, num_workers=0)
+times = []
+for epoch in range(epochs):
+    start = time.perf_counter()
+    for input_nodes, output_nodes, blocks in loader:
+        h = x[input_nodes]
+        for k, (layer, block) in enumerate(zip(layers, blocks)):
+            h = F.dropout(h, 0.5, True)
+            h = layer(block, h)
+            if k < len(layers) - 1:
+                h = F.relu(h)
+        loss = F.cross_entropy(h, y[output_nodes])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    times.append(time.perf_counter() - start)
+print(json.dumps({"epoch_s": times}))
+"""
+
+
 def gnn_dist_epochs(parts: Path, fanouts: list[int], batch: int, epochs: int) -> list[float]:
     """Seconds per epoch of DistributedSampler.sample over every batch, at P=1."""
     import torch
@@ -76,6 +117,27 @@ def gnn_dist_epochs(parts: Path, fanouts: list[int], batch: int, epochs: int) ->
     return times
 
 
+def whole_epochs(args, parts: Path, npz: Path, fanouts: list[int], env: dict) -> dict[str, list[float]]:
+    """Seconds per whole sampled GraphSAGE epoch: gnn-dist at P=1 (`mpiexec -n 1 gnn-dist train --mode sampled`,
+    its epochs after the first) and DGL's DataLoader loop."""
+    from gnn_dist.benchmarks.common import run_train
+
+    times = {}
+    final = run_train(1, parts, Path(args.out) / "train.jsonl",
+                      ["--mode", "sampled", "--model", "sage", "--hidden", str(args.hidden), "--num-layers",
+                       str(len(fanouts)), "--fanouts", ",".join(map(str, fanouts)), "--batch-size",
+                       str(args.batch_size), "--epochs", str(args.epochs + 1), "--eval-every", "1000"])
+    times["gnn-dist"] = [r["epoch_s"] for r in final["per_epoch"][1:]]
+    if args.dgl_python:
+        done = subprocess.run([args.dgl_python, "-c", DGL_TRAIN, str(npz), ",".join(map(str, fanouts[::-1])),
+                               str(args.batch_size), str(args.epochs + 1), str(args.hidden)], capture_output=True,
+                              text=True, env=env, timeout=7200)
+        if done.returncode != 0:
+            raise RuntimeError(f"DGL's training loop failed:\n{done.stderr[-2000:]}")
+        times["dgl"] = json.loads(done.stdout.splitlines()[-1])["epoch_s"][1:]
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default="synthetic:sbm60k")
@@ -85,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=3, help="epochs per round (the median is reported)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dgl-python", default=None, help="the interpreter of a virtual environment with dgl")
+    parser.add_argument("--train", action="store_true", help="also time whole sampled GraphSAGE epochs, each side")
+    parser.add_argument("--hidden", type=int, default=256, help="--train: GraphSAGE's hidden width")
     parser.add_argument("--out", default="runs/bench-sampler")
     args = parser.parse_args(argv)
     fanouts = [int(f) for f in args.fanouts.split(",")]
@@ -99,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         parts = Path(tmp) / "parts"
         partition_graph(graph, 1, parts)
         npz = Path(tmp) / "graph.npz"
-        np.savez(npz, edge_index=graph.edge_index, num_nodes=np.int64(graph.num_nodes), train_mask=graph.train_mask)
+        np.savez(npz, edge_index=graph.edge_index, num_nodes=np.int64(graph.num_nodes), train_mask=graph.train_mask,
+                 x=graph.x, y=graph.y)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "DGLBACKEND": "pytorch"}
         for r in range(args.rounds):
             order = ["gnn-dist", "dgl"] if r % 2 == 0 else ["dgl", "gnn-dist"]
@@ -117,17 +182,31 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 raw[side].append(times)
                 print(f"round {r} {side}: {', '.join(f'{t:.3f}' for t in times)} s/epoch", file=sys.stderr, flush=True)
+        trained = {}
+        if args.train:
+            for r in range(args.rounds):
+                for side, times in whole_epochs(args, parts, npz, fanouts, env).items():
+                    trained.setdefault(side, []).append(statistics.median(times))
+                    print(f"round {r} {side}: whole epoch {trained[side][-1]:.3f} s", file=sys.stderr, flush=True)
     medians = {side: [statistics.median(t) for t in runs] for side, runs in raw.items() if runs}
     for side, values in medians.items():
         rows.append([side, ", ".join(f"{v:.3f}" for v in values), f"{statistics.median(values):.3f}"])
     if "dgl" in medians:
         ratios = [a / b for a, b in zip(medians["gnn-dist"], medians["dgl"])]
         rows.append(["gnn-dist / DGL", ", ".join(f"{v:.2f}" for v in ratios), f"{statistics.median(ratios):.2f}"])
+    for side, values in trained.items():
+        rows.append([f"{side}: whole GraphSAGE epoch", ", ".join(f"{v:.3f}" for v in values),
+                     f"{statistics.median(values):.3f}"])
+    if len(trained) == 2:
+        ratios = [a / b for a, b in zip(trained["gnn-dist"], trained["dgl"])]
+        rows.append(["whole epoch, gnn-dist / DGL", ", ".join(f"{v:.2f}" for v in ratios),
+                     f"{statistics.median(ratios):.2f}"])
     table = markdown_table(["sampler", "s/epoch per round (median of its epochs)", "median"], rows)
     text = (f"{args.dataset}, fanouts {args.fanouts} (from the seeds), batch {args.batch_size}, "
             f"{int(graph.train_mask.sum())} training nodes, one thread; {machine()['cpu']}\n\n{table}\n")
     (out / "sampler.md").write_text(text)
-    (out / "sampler.json").write_text(json.dumps({"machine": machine(), "config": vars(args), "runs": raw}, indent=1))
+    (out / "sampler.json").write_text(json.dumps({"machine": machine(), "config": vars(args), "runs": raw,
+                                                  "whole_epochs": trained}, indent=1))
     print(text)
     return 0
 

@@ -277,50 +277,65 @@ static inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// rows: owned local rows; col_orig: every local id's original id (what the scores hash; an owned row's own
+// original id is its entry too); col_global: every local id's global id (what the output lists).
 std::vector<torch::Tensor> sample_rows(torch::Tensor indptr, torch::Tensor indices, torch::Tensor rows,
-                                       torch::Tensor row_orig, torch::Tensor col_orig, int64_t key,
+                                       torch::Tensor col_orig, torch::Tensor col_global, int64_t key,
                                        int64_t fanout) {
-  on_host({indptr, indices, rows, row_orig, col_orig}, "sample_rows");
-  for (const auto& t : {indptr, indices, rows, row_orig, col_orig})
+  on_host({indptr, indices, rows, col_orig, col_global}, "sample_rows");
+  for (const auto& t : {indptr, indices, rows, col_orig, col_global})
     TORCH_CHECK(t.scalar_type() == torch::kInt64 && t.is_contiguous(), "sample_rows: contiguous int64 inputs");
   const int64_t m = rows.size(0);
   const int64_t* ip = indptr.data_ptr<int64_t>();
   const int64_t* ix = indices.data_ptr<int64_t>();
   const int64_t* rp = rows.data_ptr<int64_t>();
-  const int64_t* ro = row_orig.data_ptr<int64_t>();
   const int64_t* co = col_orig.data_ptr<int64_t>();
+  const int64_t* cg = col_global.data_ptr<int64_t>();
   auto counts = torch::empty({m}, rows.options());
   int64_t* cp = counts.data_ptr<int64_t>();
-  std::vector<int64_t> offsets(m + 1);
+  std::vector<int64_t> offsets(m + 1), starts(m), stops(m);
   int64_t* op = offsets.data();
   op[0] = 0;
-  for (int64_t r = 0; r < m; ++r) {
-    cp[r] = std::min<int64_t>(ip[rp[r] + 1] - ip[rp[r]], fanout);
+  for (int64_t r = 0; r < m; ++r) {  // the rows' CSR ranges, read once: rows come in no order, so each is a miss
+    starts[r] = ip[rp[r]];
+    stops[r] = ip[rp[r] + 1];
+    cp[r] = std::min<int64_t>(stops[r] - starts[r], fanout);
     op[r + 1] = op[r] + cp[r];
   }
   auto picked = torch::empty({op[m]}, rows.options());
   int64_t* pp = picked.data_ptr<int64_t>();
   const uint64_t k = static_cast<uint64_t>(key);
   at::parallel_for(0, m, 256, [&](int64_t begin, int64_t end) {
-    std::vector<std::pair<uint64_t, int64_t>> cand;  // (score, CSR position), reused across rows
+    // The row's `take` best (score, CSR position) so far as a max-heap: a candidate that does not beat the
+    // worst of them is dropped after one comparison, so a row of degree d costs d scores and about
+    // take * log(d / take) heap updates, with no per-candidate buffer.
+    std::vector<std::pair<uint64_t, int64_t>> best;
+    std::vector<int64_t> chosen;
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t start = ip[rp[r]], stop = ip[rp[r] + 1];
+      const int64_t start = starts[r], stop = stops[r];
       const int64_t take = cp[r];
       int64_t* out = pp + op[r];
       if (stop - start <= take) {
-        for (int64_t e = start; e < stop; ++e) *out++ = ix[e];
+        for (int64_t e = start; e < stop; ++e) *out++ = cg[ix[e]];
         continue;
       }
-      const uint64_t target = splitmix64(static_cast<uint64_t>(ro[r]) ^ k);
-      cand.resize(stop - start);
-      for (int64_t e = start; e < stop; ++e)
-        cand[e - start] = {splitmix64(target ^ static_cast<uint64_t>(co[ix[e]])), e};
-      std::nth_element(cand.begin(), cand.begin() + (take - 1), cand.end());
-      std::sort(cand.begin(), cand.begin() + take,
-                [](const std::pair<uint64_t, int64_t>& a, const std::pair<uint64_t, int64_t>& b) {
-                  return a.second < b.second;
-                });
-      for (int64_t j = 0; j < take; ++j) out[j] = ix[cand[j].second];
+      const uint64_t target = splitmix64(static_cast<uint64_t>(co[rp[r]]) ^ k);
+      best.clear();
+      for (int64_t e = start; e < start + take; ++e)
+        best.emplace_back(splitmix64(target ^ static_cast<uint64_t>(co[ix[e]])), e);
+      std::make_heap(best.begin(), best.end());
+      for (int64_t e = start + take; e < stop; ++e) {
+        const std::pair<uint64_t, int64_t> candidate(splitmix64(target ^ static_cast<uint64_t>(co[ix[e]])), e);
+        if (candidate < best.front()) {
+          std::pop_heap(best.begin(), best.end());
+          best.back() = candidate;
+          std::push_heap(best.begin(), best.end());
+        }
+      }
+      chosen.clear();
+      for (const auto& b : best) chosen.push_back(b.second);
+      std::sort(chosen.begin(), chosen.end());
+      for (int64_t j = 0; j < take; ++j) out[j] = cg[ix[chosen[j]]];
     }
   });
   return {counts, picked};

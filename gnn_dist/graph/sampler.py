@@ -122,7 +122,7 @@ class DistributedSampler:
         # int64 views for the native sampler, made once (torch.from_numpy shares the memory)
         self._relabel = Relabel()  # its table is reused by every sample
         self._csr_tensors = tuple(torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
-                                  for a in (part.indptr, part.indices, part.node_ids, self.local_orig))
+                                  for a in (part.indptr, part.indices, self.local_orig, self.local_to_global))
 
     def owner_of(self, global_ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.partptr, global_ids, side="right") - 1
@@ -131,11 +131,11 @@ class DistributedSampler:
         """(count per row, neighbours' global ids grouped by row) for owned rows, sampled here."""
         native = native_module()
         if native is not None:
-            indptr_t, indices_t, node_orig_t, local_orig_t = self._csr_tensors
+            indptr_t, indices_t, local_orig_t, local_to_global_t = self._csr_tensors
             rows = torch.from_numpy(np.ascontiguousarray(local_rows, dtype=np.int64))
-            counts, picked = native.sample_rows(indptr_t, indices_t, rows, node_orig_t[rows], local_orig_t,
+            counts, picked = native.sample_rows(indptr_t, indices_t, rows, local_orig_t, local_to_global_t,
                                                 int(np.array(key, dtype=np.uint64).view(np.int64)), fanout)
-            return counts.numpy(), self.local_to_global[picked.numpy()]
+            return counts.numpy(), picked.numpy()  # global ids, mapped in the kernel's pass
         return self._sample_owned_numpy(local_rows, fanout, key)
 
     def _sample_owned_numpy(self, local_rows: np.ndarray, fanout: int, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
