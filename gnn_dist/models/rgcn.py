@@ -6,10 +6,10 @@ A relation with no edge into i contributes nothing. `--num-bases B` shares the r
 W_r = sum_b comp[r, b] V_b, as PyG's num_bases does. A layer aggregates its input rows first (they are what
 travels, at the input width) and transforms after.
 
-The operator is one sparse matrix whose rows interleave the relations: row i * R + r holds node i's in-edges
-of relation r, each 1 / (their count), built from the part's CSR and its entries' relations
-(gnn_dist.hetero.typed_part.relation_operator). Its product with [owned | halo] rows is then [n, R * F] in one
-piece, and one matrix product with the weights stacked [R * F, out] sums the relations.
+The operator (gnn_dist.hetero.typed_part.RelationOperator) is one sparse matrix whose rows come in one block
+per relation: a row for each owned node with in-edges of that relation, the mean over them. One product with
+[owned | halo] rows aggregates every relation; each relation's block is then multiplied by its weight and
+added into its nodes' rows, so a weight meets only the rows its relation reaches.
 
 The typed inputs (a Linear per featured type, an embedding table per featureless one) and the stack of layers
 are gnn_dist.hetero's: this file is the layer alone.
@@ -86,10 +86,18 @@ class DistRGCNConv(DistConv):
         if isinstance(x, list):
             x = x.pop()
         full = x_full if x_full is not None else self.exchanger.gather(x, self.slot)
-        n = self.operator.shape[0] // self.num_relations
-        aggregated = spmm(self.operator, full).reshape(n, self.num_relations * self.in_dim)
-        out = aggregated @ self.relation_weights().reshape(self.num_relations * self.in_dim, self.out_dim)
-        return torch.addmm(out, full[:n], self.root) + self.bias
+        relations = self.operator
+        aggregated = spmm(relations.operator, full)  # [S, in]: each (node, relation) pair's mean
+        weights = self.relation_weights()
+        out = torch.addmm(self.bias, full[:relations.n_owned], self.root)
+        # split, not slices: its backward joins the blocks' gradients in one tensor, where each slice's would
+        # fill a zero tensor of the whole [S, in]
+        sizes = [stop - start for start, stop in zip(relations.offsets[:-1], relations.offsets[1:])]
+        for r, block in enumerate(torch.split(aggregated, sizes)):
+            if block.shape[0]:  # addmm keeps its inputs for the backward, not its output: adding in place is safe
+                start = relations.offsets[r]
+                out.index_add_(0, relations.nodes[start:start + block.shape[0]], block @ weights[r])
+        return out
 
     @staticmethod
     def pyg_spec(in_dim: int, out_dim: int, num_relations: int = 1, num_bases: int = 0) -> tuple[str, dict]:
