@@ -200,9 +200,28 @@ def one_typed_step(directory: Path, num_parts: int, hidden: int, num_layers: int
     return run_fake_ranks(num_parts, rank_fn)
 
 
+def force_order(monkeypatch, order: str) -> None:
+    """Every R-GCN layer aggregates every relation first (order 'aggregate') or transforms every relation's
+    sources first ('transform'), instead of choosing per relation by cost ('chosen')."""
+    from gnn_dist.models.rgcn import DistRGCNConv
+
+    if order == "chosen":
+        return
+
+    def forced(conv):
+        relations = tuple(r for r in range(conv.operator.num_relations) if conv.operator.counts(r)[2])
+        other = "transform" if order == "aggregate" else "aggregate"
+        return {order: relations, other: ()}
+
+    monkeypatch.setattr(DistRGCNConv, "_plan", forced)
+
+
+@pytest.mark.parametrize("order", ["chosen", "aggregate", "transform"])
 @pytest.mark.parametrize("num_parts", [1, 2, 4])
 @pytest.mark.parametrize("hidden, num_layers, num_bases", [(16, 2, 0), (8, 3, 2)])
-def test_rgcn_logits_loss_and_gradients_equal_pyg_at_any_p(typed_parts, num_parts, hidden, num_layers, num_bases):
+def test_rgcn_logits_loss_and_gradients_equal_pyg_at_any_p(typed_parts, num_parts, hidden, num_layers, num_bases,
+                                                           order, monkeypatch):
+    force_order(monkeypatch, order)
     arrays = typed_arrays()
     results = one_typed_step(typed_parts[num_parts], num_parts, hidden, num_layers, num_bases)
     params, grads = gather_params_and_grads(results, arrays)

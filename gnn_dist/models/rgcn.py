@@ -6,10 +6,11 @@ A relation with no edge into i contributes nothing. `--num-bases B` shares the r
 W_r = sum_b comp[r, b] V_b, as PyG's num_bases does. A layer aggregates its input rows first (they are what
 travels, at the input width) and transforms after.
 
-The operator (gnn_dist.hetero.typed_part.RelationOperator) is one sparse matrix whose rows come in one block
-per relation: a row for each owned node with in-edges of that relation, the mean over them. One product with
-[owned | halo] rows aggregates every relation; each relation's block is then multiplied by its weight and
-added into its nodes' rows, so a weight meets only the rows its relation reaches.
+Each relation is aggregated first or transformed first, whichever multiplies fewer rows by its weight
+(gnn_dist.hetero.typed_part.RelationOperator): the relations aggregated first share one sparse product over
+[owned | halo] rows, a block of rows per relation (only the nodes it reaches), each block then times its
+weight; a relation transformed first multiplies only its sources' rows, then takes their mean at the output
+width. Either way the sum lands in the nodes' rows, so a weight never meets a row its relation leaves empty.
 
 The typed inputs (a Linear per featured type, an embedding table per featureless one) and the stack of layers
 are gnn_dist.hetero's: this file is the layer alone.
@@ -51,6 +52,7 @@ class DistRGCNConv(DistConv):
             self.weight = nn.Parameter(torch.empty(num_relations, in_dim, out_dim))  # host: moved with its module
         self.root = nn.Parameter(torch.empty(in_dim, out_dim))  # host: moved with its module
         self.bias = nn.Parameter(torch.zeros(out_dim))  # host: moved with its module
+        self._order: dict | None = None  # which relations aggregate first, which transform first (_plan)
         self.reset_parameters()
 
     @classmethod
@@ -87,17 +89,41 @@ class DistRGCNConv(DistConv):
             x = x.pop()
         full = x_full if x_full is not None else self.exchanger.gather(x, self.slot)
         relations = self.operator
-        aggregated = spmm(relations.operator, full)  # [S, in]: each (node, relation) pair's mean
         weights = self.relation_weights()
         out = torch.addmm(self.bias, full[:relations.n_owned], self.root)
-        # split, not slices: its backward joins the blocks' gradients in one tensor, where each slice's would
-        # fill a zero tensor of the whole [S, in]
-        sizes = [stop - start for start, stop in zip(relations.offsets[:-1], relations.offsets[1:])]
-        for r, block in enumerate(torch.split(aggregated, sizes)):
-            if block.shape[0]:  # addmm keeps its inputs for the backward, not its output: adding in place is safe
-                start = relations.offsets[r]
-                out.index_add_(0, relations.nodes[start:start + block.shape[0]], block @ weights[r])
+        first = self._plan()
+        if first["aggregate"]:  # one product aggregates these relations; each block then meets its weight
+            aggregated = spmm(relations.stacked(first["aggregate"]), full)
+            # split, not slices: its backward joins the blocks' gradients in one tensor, where each slice's
+            # would fill a zero tensor of the whole
+            sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in first["aggregate"]]
+            for r, block in zip(first["aggregate"], torch.split(aggregated, sizes)):
+                # addmm keeps its inputs for the backward, not its output: adding in place is safe
+                out.index_add_(0, relations.nodes[relations.offsets[r]:relations.offsets[r + 1]], block @ weights[r])
+        if first["transform"]:  # these relations' sources are transformed, then aggregated at the output width
+            gathered = [relations.gathered(r) for r in first["transform"]]
+            sources = full.index_select(0, torch.cat([s for _, s in gathered]))  # one gather, one scatter back
+            for r, (operator, _), rows in zip(first["transform"], gathered,
+                                              torch.split(sources, [len(s) for _, s in gathered])):
+                out.index_add_(0, relations.nodes[relations.offsets[r]:relations.offsets[r + 1]],
+                               spmm(operator, rows @ weights[r]))
         return out
+
+    def _plan(self) -> dict:
+        """Which relations this layer aggregates first and which it transforms first: the cheaper of
+        (nodes reached x in x out + entries x in) and (sources x in x out + entries x out), decided once."""
+        if self._order is None:
+            order = {"aggregate": [], "transform": []}
+            for r in range(self.operator.num_relations):
+                reached, sources, entries = self.operator.counts(r)
+                if entries == 0:
+                    continue
+                product = self.in_dim * self.out_dim
+                aggregate_cost = reached * product + entries * self.in_dim
+                transform_cost = sources * product + entries * self.out_dim
+                order["transform" if transform_cost < aggregate_cost else "aggregate"].append(r)
+            self._order = {k: tuple(v) for k, v in order.items()}
+        return self._order
 
     @staticmethod
     def pyg_spec(in_dim: int, out_dim: int, num_relations: int = 1, num_bases: int = 0) -> tuple[str, dict]:
