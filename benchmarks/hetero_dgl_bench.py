@@ -1,0 +1,163 @@
+"""R-GCN seconds per training epoch beside DGL 2.1's full-graph R-GCN, one process, one thread, rounds alternating.
+
+    python -m gnn_dist.benchmarks.hetero_dgl_bench --datasets ../shared/data/hetero/acm.npz,../shared/data/hetero/freebase.npz \
+        --dgl-python /path/to/dgl-venv/bin/python [--rounds 3] [--epochs 30] [--out runs/bench-hetero-dgl]
+
+DGL's side is the model of DGL's own examples/pytorch/rgcn-hetero (a HeteroGraphConv of GraphConv(norm='right',
+no weight of its own) per relation, each relation's weight passed in, summed over relations, plus a self-loop
+weight and a bias per layer), changed where it loads data: the typed .npz with PyG's ToUndirected reverse
+relations, and the same inputs as gnn-dist's (a Linear per featured type, an embedding per featureless one).
+Two layers, --hidden wide, dropout 0.5, Adam over every parameter. It runs in its own virtual environment
+(--dgl-python; never a dependency of gnn-dist). gnn-dist runs `mpiexec -n 1 gnn-dist train --model rgcn` on a
+one-part partition; the figure is the median training epoch (forward, backward, optimiser step; evaluation
+excluded on both sides) after the first two.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from gnn_dist.benchmarks.common import machine, markdown_table, run_train
+
+# Runs under DGL's interpreter. argv: graph.npz, epochs, hidden; prints one JSON line of seconds per epoch.
+DGL_RGCN = r"""
+import json, sys, time
+import numpy as np, torch, torch.nn.functional as F
+from torch import nn
+torch.set_num_threads(1)
+import dgl, dgl.nn as dglnn
+
+arrays = np.load(sys.argv[1], allow_pickle=False)
+epochs, hidden = int(sys.argv[2]), int(sys.argv[3])
+types = [str(t) for t in arrays["node_types"]]
+target = str(arrays["target"])
+relations = {}
+for key in arrays.files:
+    if not key.startswith("edge_index__"):
+        continue
+    src_type, rel, dst_type = key.split("__")[1:]
+    src, dst = torch.from_numpy(arrays[key].astype(np.int64))
+    if src_type == dst_type:  # ToUndirected: a relation within one type becomes symmetric in place
+        pairs = torch.unique(torch.stack([torch.cat([src, dst]), torch.cat([dst, src])]), dim=1)
+        relations[(src_type, rel, dst_type)] = (pairs[0], pairs[1])
+    else:
+        relations[(src_type, rel, dst_type)] = (src, dst)
+        relations[(dst_type, "rev_" + rel, src_type)] = (dst, src)
+g = dgl.heterograph(relations, num_nodes_dict={t: int(arrays["num_nodes__" + t]) for t in types})
+y = torch.from_numpy(arrays["y"])
+train = torch.from_numpy(arrays["train_mask"])
+classes = int(y.max()) + 1
+
+
+class RelGraphConvLayer(nn.Module):
+    # examples/pytorch/rgcn-hetero's layer: per relation GraphConv(norm='right') with the relation's weight,
+    # summed by HeteroGraphConv, then the self loop, the bias, the activation and dropout.
+    def __init__(self, in_feat, out_feat, rel_names, activation=None, dropout=0.0):
+        super().__init__()
+        self.rel_names = rel_names
+        self.conv = dglnn.HeteroGraphConv({rel: dglnn.GraphConv(in_feat, out_feat, norm="right", weight=False,
+                                                                bias=False) for rel in rel_names})
+        self.weight = nn.Parameter(torch.empty(len(rel_names), in_feat, out_feat))
+        nn.init.xavier_uniform_(self.weight, gain=nn.init.calculate_gain("relu"))
+        self.loop_weight = nn.Parameter(torch.empty(in_feat, out_feat))
+        nn.init.xavier_uniform_(self.loop_weight, gain=nn.init.calculate_gain("relu"))
+        self.h_bias = nn.Parameter(torch.zeros(out_feat))
+        self.activation = activation
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, g, inputs):
+        g = g.local_var()
+        wdict = {rel: {"weight": w.squeeze(0)} for rel, w in zip(self.rel_names, torch.split(self.weight, 1, 0))}
+        hs = self.conv(g, inputs, mod_kwargs=wdict)
+        out = {}
+        for ntype, h in hs.items():
+            h = h + inputs[ntype] @ self.loop_weight + self.h_bias
+            if self.activation is not None:
+                h = self.activation(h)
+            out[ntype] = self.dropout(h)
+        return out
+
+
+rel_names = sorted(set(g.etypes))
+featured = {t: torch.from_numpy(arrays["x__" + t]) for t in types if "x__" + t in arrays.files}
+lins = nn.ModuleDict({t: nn.Linear(x.shape[1], hidden) for t, x in featured.items()})
+embs = nn.ModuleDict({t: nn.Embedding(g.num_nodes(t), hidden) for t in types if t not in featured})
+layers = nn.ModuleList([RelGraphConvLayer(hidden, hidden, rel_names, F.relu, 0.5),
+                        RelGraphConvLayer(hidden, classes, rel_names)])
+opt = torch.optim.Adam([*lins.parameters(), *embs.parameters(), *layers.parameters()], lr=0.01, weight_decay=5e-4)
+times = []
+for epoch in range(epochs):
+    start = time.perf_counter()
+    h = {t: lins[t](featured[t]) if t in lins else embs[t].weight for t in types}
+    h = {t: F.dropout(v, 0.5, True) for t, v in h.items()}
+    for layer in layers:
+        h = layer(g, h)
+    loss = F.cross_entropy(h[target][train], y[train])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    times.append(time.perf_counter() - start)
+print(json.dumps({"epoch_s": times, "version": dgl.__version__}))
+"""
+
+
+def dgl_epochs(python: str, path: str, epochs: int, hidden: int) -> list[float]:
+    done = subprocess.run([python, "-c", DGL_RGCN, path, str(epochs), str(hidden)], capture_output=True, text=True,
+                          check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])["epoch_s"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", required=True, help="comma-separated typed .npz files")
+    parser.add_argument("--dgl-python", required=True, help="the interpreter of a virtual environment with dgl")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--out", default="runs/bench-hetero-dgl")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, raw = [], {}
+    for path in args.datasets.split(","):
+        name = Path(path).stem
+        parts = out / f"parts-{name}-1"
+        if not (parts / "meta.json").exists():
+            subprocess.run([sys.executable, "-m", "gnn_dist", "partition", "--dataset", f"hetero:{path}",
+                            "--num-parts", "1", "--out", str(parts)], check=True, capture_output=True)
+        per_round = {"gnn-dist": [], "dgl": []}
+        for r in range(args.rounds):
+            sides = ("gnn-dist", "dgl") if r % 2 == 0 else ("dgl", "gnn-dist")
+            for side in sides:
+                if side == "dgl":
+                    times = dgl_epochs(args.dgl_python, path, args.epochs, args.hidden)
+                else:
+                    final = run_train(1, parts, out / f"m-{name}-{r}.jsonl",
+                                      ["--model", "rgcn", "--hidden", str(args.hidden), "--num-layers", "2",
+                                       "--dropout", "0.5", "--lr", "0.01", "--weight-decay", "5e-4", "--epochs",
+                                       str(args.epochs), "--eval-every", str(10 * args.epochs)])
+                    times = [e["epoch_s"] for e in final["per_epoch"]]  # the training step; evaluation is eval_s
+                per_round[side].append(statistics.median(times[2:]))
+                print(f"{name} round {r} {side}: {per_round[side][-1]:.4f} s/epoch", file=sys.stderr, flush=True)
+        ratios = [a / b for a, b in zip(per_round["gnn-dist"], per_round["dgl"])]
+        raw[name] = {**per_round, "ratio": ratios}
+        rows.append([name, ", ".join(f"{t:.4f}" for t in per_round["gnn-dist"]),
+                     ", ".join(f"{t:.4f}" for t in per_round["dgl"]), ", ".join(f"{q:.2f}" for q in ratios),
+                     f"{statistics.median(ratios):.2f}"])
+    table = markdown_table(["graph", "gnn-dist P=1 s/epoch per round", "DGL s/epoch per round", "gnn-dist / DGL",
+                            "median"], rows)
+    text = (f"R-GCN 2 layers, hidden {args.hidden}, one process, one thread, {args.epochs} epochs a run (median "
+            f"after the first two), {args.rounds} rounds alternating; {machine()['cpu']}\n\n{table}\n")
+    (out / "hetero-dgl.md").write_text(text)
+    (out / "hetero-dgl.json").write_text(json.dumps({"machine": machine(), "config": vars(args), "runs": raw},
+                                                    indent=1))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
