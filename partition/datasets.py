@@ -4,6 +4,7 @@
     planetoid:Cora|CiteSeer|PubMed PyG's Planetoid raw files under ROOT/<name>/raw
     ogbn-arxiv|ogbn-products|ogbn-papers100M
                                    OGB raw files under ROOT/<dir>/ (ogb's own raw readers)
+    ogbn-mag                       OGB's typed raw files under ROOT/ogbn_mag/ (gnn_dist.partition.ogb_mag)
     npz:PATH                       a user's graph in our .npz format
     chunked:DIR                    a chunked directory (gnn_dist.partition.chunked; written by gnn-dist convert)
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from gnn_dist.partition.chunked import load_chunked, read_meta
 from gnn_dist.partition.graph import DatasetError, Graph, GraphSizes, random_split, symmetrize
+from gnn_dist.partition.ogb_raw import import_ogb_quietly, ogb_meta  # noqa: F401 - where callers find them
 from gnn_dist.partition.registry import (  # noqa: F401 - the registry's API, here where every built-in kind is
     DatasetKind,
     dataset_forms,
@@ -70,35 +72,6 @@ def load_planetoid(name: str, root: Path) -> Graph:
     )
     graph.validate()
     return graph
-
-
-def import_ogb_quietly():
-    """Import ogb without its PyPI version check.
-
-    `import ogb` starts a non-daemon thread that calls PyPI with no timeout
-    (via the `outdated` package); on a cluster without internet that can keep
-    the process alive. When `outdated` is not imported yet we hide it, so
-    ogb skips the check (it does so itself when the import fails).
-    """
-    hid = "outdated" not in sys.modules
-    if hid:
-        sys.modules["outdated"] = None  # type: ignore[assignment]
-    try:
-        import ogb.io.read_graph_raw as raw_readers
-        import ogb.nodeproppred
-    finally:
-        if hid and sys.modules.get("outdated", 0) is None:
-            del sys.modules["outdated"]
-    return raw_readers, ogb.nodeproppred
-
-
-def ogb_meta(name: str) -> dict:
-    """The row of ogb's master.csv for `name` (directory, split, binary, url...)."""
-    import pandas as pd
-
-    _, nodeproppred = import_ogb_quietly()
-    master = pd.read_csv(Path(nodeproppred.__file__).parent / "master.csv", index_col=0, keep_default_na=False)
-    return dict(master[name])
 
 
 def ogb_expected_files(name: str, root: Path) -> list[Path]:
@@ -301,6 +274,8 @@ register_dataset("planetoid", "planetoid:Cora|CiteSeer|PubMed")(
 for _name in OGB_NAMES:
     register_dataset(_name, _name, takes_arg=False)(
         lambda arg, root, *, seed, download, _name=_name: load_ogb(_name, need_root(_name, root), download=download))
+from gnn_dist.partition import ogb_mag  # noqa: E402, F401 - registers ogbn-mag, typed, beside the others
+
 register_dataset("npz", "npz:PATH", sizes=_npz_sizes)(lambda arg, root, *, seed, download: load_npz(arg, seed=seed))
 
 

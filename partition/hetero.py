@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -159,6 +160,19 @@ class HeteroGraph:
         node_type = np.repeat(np.arange(len(self.node_types), dtype=np.int64),
                               [self.num_nodes[t] for t in self.node_types])
         return (np.concatenate(parts, axis=1).astype(np.int64), np.concatenate(kinds), node_type)
+
+
+def save_hetero_npz(graph: HeteroGraph, path: str | Path) -> None:
+    """Write `graph` in the typed .npz format that load_hetero_npz reads (relations in their order, no pickles).
+    The caller picks the name (write to a temporary one, then rename)."""
+    arrays = {"node_types": np.array(graph.node_types), "target": np.array(graph.target), "y": graph.y,
+              "train_mask": graph.train_mask, "val_mask": graph.val_mask, "test_mask": graph.test_mask,
+              "num_classes": np.array(graph.num_classes)}
+    arrays.update({f"num_nodes__{t}": np.array(n) for t, n in graph.num_nodes.items()})
+    arrays.update({f"x__{t}": x for t, x in graph.x.items()})
+    arrays.update({f"edge_index__{s}__{r}__{d}": e for (s, r, d), e in graph.edges.items()})
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)
 
 
 def load_hetero_npz(path: str, *, reverse_relations: bool = False) -> HeteroGraph:
