@@ -79,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("partition", help="split a dataset into P parts on disk")
     p.add_argument("--dataset", required=True,
-                   help="synthetic:tiny|small|weak|sbm60k|arxiv|medium|large|products, planetoid:NAME, ogbn-*, ogbl-* "
-                        "(--task link), npz:PATH, chunked:DIR")
+                   help="synthetic:tiny|small|weak|sbm60k|arxiv|medium|large|products, synthetic:mag|mag200k|magtiny "
+                        "(typed), planetoid:NAME, ogbn-*, ogbn-mag (typed), ogbl-* (--task link), npz:PATH, "
+                        "hetero:PATH (typed), chunked:DIR")
     p.add_argument("--root", default=None, help="folder holding the dataset's files (planetoid, ogbn)")
     p.add_argument("--num-parts", type=int, required=True)
     p.add_argument("--out", required=True, help="partition directory to create")

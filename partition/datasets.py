@@ -1,6 +1,7 @@
 """Dataset loaders behind one SPEC string (see docs/datasets.md).
 
     synthetic:tiny|small|arxiv|medium|large|products   seeded generators (gnn_dist.partition.synthetic)
+    synthetic:mag|mag200k|magtiny  typed, ogbn-mag's shape (gnn_dist.partition.synthetic_mag)
     planetoid:Cora|CiteSeer|PubMed PyG's Planetoid raw files under ROOT/<name>/raw
     ogbn-arxiv|ogbn-products|ogbn-papers100M
                                    OGB raw files under ROOT/<dir>/ (ogb's own raw readers)
@@ -32,6 +33,7 @@ from gnn_dist.partition.registry import (  # noqa: F401 - the registry's API, he
     register_dataset,
 )
 from gnn_dist.partition.synthetic import PRESETS, make_synthetic
+from gnn_dist.partition.synthetic_mag import MAG_PRESETS, make_synthetic_mag
 
 PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
 OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
@@ -240,6 +242,13 @@ def _graph_from_npz(path: Path, name: str, *, seed: int, split_required: bool) -
     return graph
 
 
+def _make_any_synthetic(arg: str, seed: int):
+    """A homogeneous preset (gnn_dist.partition.synthetic), or a typed one with ogbn-mag's shape (synthetic_mag)."""
+    if arg in MAG_PRESETS:
+        return make_synthetic_mag(arg, seed)
+    return make_synthetic(arg, seed)
+
+
 def _synthetic_sizes(arg, root) -> GraphSizes | None:
     preset = PRESETS.get(arg)
     return GraphSizes(preset.num_nodes, preset.num_features, preset.num_directed_edges) if preset else None
@@ -267,8 +276,8 @@ def _already_chunked(arg, root, out, **options):
 
 
 # The built-in datasets, in the order error messages list them.
-register_dataset("synthetic", "synthetic:tiny|small|weak|sbm60k|arxiv|medium|large|products",
-                 sizes=_synthetic_sizes)(lambda arg, root, *, seed, download: make_synthetic(arg, seed))
+register_dataset("synthetic", "synthetic:tiny|small|weak|sbm60k|arxiv|medium|large|products|mag|mag200k|magtiny",
+                 sizes=_synthetic_sizes)(lambda arg, root, *, seed, download: _make_any_synthetic(arg, seed))
 register_dataset("planetoid", "planetoid:Cora|CiteSeer|PubMed")(
     lambda arg, root, *, seed, download: load_planetoid(arg, need_root(f"planetoid:{arg}", root)))
 for _name in OGB_NAMES:
