@@ -2,6 +2,11 @@
 
     python -m gnn_dist.benchmarks.hetero_dgl_bench --datasets ../shared/data/hetero/acm.npz,../shared/data/hetero/freebase.npz \
         --dgl-python /path/to/dgl-venv/bin/python [--rounds 3] [--epochs 30] [--out runs/bench-hetero-dgl]
+    python -m gnn_dist.benchmarks.hetero_dgl_bench --datasets synthetic:mag200k --dgl-python ... --p2
+
+A dataset is a typed .npz file or any typed --dataset spec (synthetic:mag200k; ogbn-mag with --root), written
+once as a typed .npz for DGL's side. --p2 also times gnn-dist at P=2 (two ranks, one thread each) in every
+round, for the speed-up over P=1; the partitions are made before any timing, never beside it.
 
 DGL's side is the model of DGL's own examples/pytorch/rgcn-hetero (a HeteroGraphConv of GraphConv(norm='right',
 no weight of its own) per relation, each relation's weight passed in, summed over relations, plus a self-loop
@@ -111,6 +116,25 @@ def dgl_epochs(python: str, path: str, epochs: int, hidden: int) -> list[float]:
     return json.loads(done.stdout.strip().splitlines()[-1])["epoch_s"]
 
 
+def typed_npz(dataset: str, root: str | None, out: Path) -> tuple[str, str, str]:
+    """(a typed .npz holding the graph, the --dataset spec gnn-dist partitions, a name for files and tables)."""
+    if dataset.endswith(".npz"):
+        return dataset, f"hetero:{dataset}", Path(dataset).stem
+    from gnn_dist.partition.datasets import load_dataset
+    from gnn_dist.partition.hetero import HeteroGraph, save_hetero_npz
+
+    name = dataset.replace(":", "-")
+    path = out / f"{name}.npz"
+    if not path.exists():
+        graph = load_dataset(dataset, root)
+        if not isinstance(graph, HeteroGraph):
+            raise SystemExit(f"hetero_dgl_bench: {dataset} is not a typed graph: give a typed one")
+        temporary = path.with_name(f".{path.name}.tmp.npz")
+        save_hetero_npz(graph, temporary)
+        temporary.replace(path)
+    return str(path), dataset, name
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--datasets", required=True, help="comma-separated typed .npz files")
@@ -118,25 +142,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--root", default=None, help="where a dataset spec's files are (ogbn-mag)")
+    parser.add_argument("--p2", action="store_true", help="also time gnn-dist at P=2 in every round")
     parser.add_argument("--out", default="runs/bench-hetero-dgl")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, raw = [], {}
-    for path in args.datasets.split(","):
-        name = Path(path).stem
-        parts = out / f"parts-{name}-1"
-        if not (parts / "meta.json").exists():
-            subprocess.run([sys.executable, "-m", "gnn_dist", "partition", "--dataset", f"hetero:{path}",
-                            "--num-parts", "1", "--out", str(parts)], check=True, capture_output=True)
-        per_round = {"gnn-dist": [], "dgl": []}
+    for dataset in args.datasets.split(","):
+        path, spec, name = typed_npz(dataset, args.root, out)
+        sizes = (1, 2) if args.p2 else (1,)
+        parts = {p: out / f"parts-{name}-{p}" for p in sizes}
+        for p, directory in parts.items():
+            if not (directory / "meta.json").exists():
+                command = [sys.executable, "-m", "gnn_dist", "partition", "--dataset", spec, "--num-parts", str(p),
+                           "--out", str(directory)] + (["--root", args.root] if args.root else [])
+                subprocess.run(command, check=True, capture_output=True)
+        per_round = {"gnn-dist": [], "dgl": [], **({"gnn-dist P=2": []} if args.p2 else {})}
         for r in range(args.rounds):
             sides = ("gnn-dist", "dgl") if r % 2 == 0 else ("dgl", "gnn-dist")
-            for side in sides:
+            for side in sides + (("gnn-dist P=2",) if args.p2 else ()):
                 if side == "dgl":
                     times = dgl_epochs(args.dgl_python, path, args.epochs, args.hidden)
                 else:
-                    final = run_train(1, parts, out / f"m-{name}-{r}.jsonl",
+                    p = 2 if side.endswith("P=2") else 1
+                    final = run_train(p, parts[p], out / f"m-{name}-{p}-{r}.jsonl",
                                       ["--model", "rgcn", "--hidden", str(args.hidden), "--num-layers", "2",
                                        "--dropout", "0.5", "--lr", "0.01", "--weight-decay", "5e-4", "--epochs",
                                        str(args.epochs), "--eval-every", str(10 * args.epochs)])
@@ -144,12 +174,15 @@ def main(argv: list[str] | None = None) -> int:
                 per_round[side].append(statistics.median(times[2:]))
                 print(f"{name} round {r} {side}: {per_round[side][-1]:.4f} s/epoch", file=sys.stderr, flush=True)
         ratios = [a / b for a, b in zip(per_round["gnn-dist"], per_round["dgl"])]
-        raw[name] = {**per_round, "ratio": ratios}
+        speedups = [a / b for a, b in zip(per_round["gnn-dist"], per_round.get("gnn-dist P=2", []))]
+        raw[name] = {**per_round, "ratio": ratios, "p2_speedup": speedups}
         rows.append([name, ", ".join(f"{t:.4f}" for t in per_round["gnn-dist"]),
                      ", ".join(f"{t:.4f}" for t in per_round["dgl"]), ", ".join(f"{q:.2f}" for q in ratios),
-                     f"{statistics.median(ratios):.2f}"])
+                     f"{statistics.median(ratios):.2f}",
+                     ", ".join(f"{t:.4f} ({q:.2f}x)" for t, q in zip(per_round.get("gnn-dist P=2", []), speedups))
+                     or "-"])
     table = markdown_table(["graph", "gnn-dist P=1 s/epoch per round", "DGL s/epoch per round", "gnn-dist / DGL",
-                            "median"], rows)
+                            "median", "gnn-dist P=2 s/epoch (speed-up over P=1)"], rows)
     text = (f"R-GCN 2 layers, hidden {args.hidden}, one process, one thread, {args.epochs} epochs a run (median "
             f"after the first two), {args.rounds} rounds alternating; {machine()['cpu']}\n\n{table}\n")
     (out / "hetero-dgl.md").write_text(text)
