@@ -64,6 +64,12 @@ class TypedInputs(nn.Module):
                 self.shards[name] = nn.Parameter(torch.from_numpy(rows).to(device))
         featureless = ~np.isin(np.arange(len(typed.node_types)), [typed.type_index(t) for t in self.linears])
         self.halo_featureless = torch.from_numpy(np.flatnonzero(featureless[typed.halo_type])).to(device)
+        # where each owned (halo) row sits among the pieces forward() joins: the types' rows in type order (the
+        # featured types' halo rows, then the featureless ones as the embedding exchange lists them)
+        self.owned_order = _inverse(np.concatenate([typed_rows.cpu().numpy() for typed_rows in self.owned_rows.values()]),
+                                    device)
+        self.halo_order = _inverse(np.concatenate([self.halo_rows[name].cpu().numpy() for name in self.linears]
+                                                  + [self.halo_featureless.cpu().numpy()]), device)
         # the embedding rows' exchange: the featureless types' halo rows and send rows only
         self.embeddings = None
         if featureless.any():
@@ -83,16 +89,26 @@ class TypedInputs(nn.Module):
         return list(self.shards.values())
 
     def forward(self) -> torch.Tensor:
-        device = next(iter(self.owned_rows.values())).device
-        owned = torch.zeros(self.n_owned, self.hidden, device=device)
-        halo = torch.zeros(self.n_halo, self.hidden, device=device)
-        for name, linear in self.linears.items():
-            owned = owned.index_copy(0, self.owned_rows[name], linear(self.owned_x[name]))
-            halo = halo.index_copy(0, self.halo_rows[name], linear(self.halo_x[name]))
-        for name, shard in self.shards.items():
-            owned = owned.index_copy(0, self.owned_rows[name], shard)
+        """Each type's rows made in one piece, the pieces joined and put in the part's row order by one gather
+        per side (the owned rows, the halo's), where a copy into the rows per type would copy the whole
+        [rows, hidden] once per type, forward and backward."""
+        owned = self._in_order([self.linears[name](self.owned_x[name]) if name in self.linears else self.shards[name]
+                                for name in self.typed.node_types], self.owned_order)
+        halo_pieces = [self.linears[name](self.halo_x[name]) for name in self.linears]
         if self.embeddings is not None:
             # every rank takes part, even one without featureless rows to send or receive: it is a collective
-            received = self.embeddings.gather_inputs(owned, EMBEDDINGS_SLOT)[self.n_owned:]
-            halo = halo.index_copy(0, self.halo_featureless, received)
+            halo_pieces.append(self.embeddings.gather_inputs(owned, EMBEDDINGS_SLOT)[self.n_owned:])
+        halo = self._in_order(halo_pieces, self.halo_order) if halo_pieces else owned.new_zeros(0, self.hidden)
         return torch.cat([owned, halo])
+
+    @staticmethod
+    def _in_order(pieces: list[torch.Tensor], order: torch.Tensor) -> torch.Tensor:
+        joined = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+        return joined.index_select(0, order)
+
+
+def _inverse(rows: np.ndarray, device) -> torch.Tensor:
+    """order[i] = the position of row i in `rows` (a permutation of 0..len - 1)."""
+    order = np.empty(len(rows), dtype=np.int64)
+    order[rows] = np.arange(len(rows))
+    return torch.from_numpy(order).to(device)
