@@ -90,7 +90,9 @@ class DistRGCNConv(DistConv):
         full = x_full if x_full is not None else self.exchanger.gather(x, self.slot)
         relations = self.operator
         weights = self.relation_weights()
-        out = torch.addmm(self.bias, full[:relations.n_owned], self.root)
+        # a rank without halo rows (P=1) passes its input as it is: a slice's backward would copy the whole
+        own = full if full.shape[0] == relations.n_owned else full[:relations.n_owned]
+        out = torch.addmm(self.bias, own, self.root)
         first = self._plan()
         if first["aggregate"]:  # one product aggregates these relations; each block then meets its weight
             aggregated = spmm(relations.stacked(first["aggregate"]), full)
