@@ -216,8 +216,8 @@ MUTANTS = [
            ("tests/test_hetero.py::test_rgcn_logits_loss_and_gradients_equal_pyg_at_any_p[16-2-0-1-aggregate]",)),
     Mutant("hetero: a relation transformed first sums its sources instead of taking their mean",
            "gnn_dist/hetero/typed_part.py",
-           "            operator = _operator(self._rows[entries] - self.offsets[r], cols.reshape(-1), self._values[entries],",
-           "            operator = _operator(self._rows[entries] - self.offsets[r], cols.reshape(-1),\n"
+           "            operator = _operator(self._rows[entries] - self.offsets[r], cols, self._values[entries],",
+           "            operator = _operator(self._rows[entries] - self.offsets[r], cols,\n"
            "                                 np.ones_like(self._values[entries]),",
            ("tests/test_hetero.py::test_rgcn_logits_loss_and_gradients_equal_pyg_at_any_p[16-2-0-2-transform]",)),
     Mutant("hetero: embedding shards join the gradient allreduce",

@@ -75,6 +75,7 @@ class RelationOperator:
         self.n_owned, self.n_columns, self.device = n_owned, n_columns, device
         self._stacked: dict = {}
         self._gathered: dict = {}
+        self._distinct: dict = {}
 
     @property
     def num_relations(self) -> int:
@@ -83,10 +84,18 @@ class RelationOperator:
     def _entries(self, r: int) -> slice:
         return slice(int(self._entry_offsets[r]), int(self._entry_offsets[r + 1]))
 
+    def _sources(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """(relation r's distinct source columns, each entry's position among them), found once for every
+        layer's plan and the gathered form."""
+        if r not in self._distinct:
+            sources, position = np.unique(self._cols[self._entries(r)], return_inverse=True)
+            self._distinct[r] = sources, position.reshape(-1)
+        return self._distinct[r]
+
     def counts(self, r: int) -> tuple[int, int, int]:
         """(nodes reached, distinct sources, entries) of relation r."""
-        cols = self._cols[self._entries(r)]
-        return self.offsets[r + 1] - self.offsets[r], len(np.unique(cols)), len(cols)
+        sources, position = self._sources(r)
+        return self.offsets[r + 1] - self.offsets[r], len(sources), len(position)
 
     def stacked(self, relations: tuple[int, ...]) -> SparseOperator:
         """The blocks of `relations`, in that order, as the rows of one operator over [owned | halo]."""
@@ -106,8 +115,8 @@ class RelationOperator:
         """Relation r from its sources alone: (operator [its nodes, its sources], the sources' column ids)."""
         if r not in self._gathered:
             entries = self._entries(r)
-            sources, cols = np.unique(self._cols[entries], return_inverse=True)
-            operator = _operator(self._rows[entries] - self.offsets[r], cols.reshape(-1), self._values[entries],
+            sources, cols = self._sources(r)
+            operator = _operator(self._rows[entries] - self.offsets[r], cols, self._values[entries],
                                  (self.offsets[r + 1] - self.offsets[r], len(sources)), self.device)
             self._gathered[r] = operator, torch.from_numpy(sources).to(self.device)
         return self._gathered[r]
