@@ -81,6 +81,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--num-layers", type=int, default=3)
+    parser.add_argument("--model", default="gcn",
+                        help="the model of every run (rgcn on typed graphs: hetero:PATH, synthetic:magtiny)")
     parser.add_argument("--guard", default="on", choices=("on", "off"),
                         help="--schedule-guard of the runs; off also reports where the guard would have fired first "
                              "(it replays the guard's rule on each run's losses and accuracies)")
@@ -138,7 +140,8 @@ def run_battery(args, configs: list[tuple[str, str]], out: Path) -> list[dict]:
                 runs = [(out / f"m-{stem}-{num_parts}-{seed}-{spec.replace(':', '_').replace(',', '+')}-{dtype}.jsonl",
                          ["--schedule", spec, "--halo-dtype", dtype]) for spec, dtype in configs]
                 finals = run_train_many(num_parts, parts, runs, [
-                    "--hidden", str(args.hidden), "--num-layers", str(args.num_layers), "--epochs", str(args.epochs),
+                    "--model", args.model, "--hidden", str(args.hidden), "--num-layers", str(args.num_layers),
+                    "--epochs", str(args.epochs),
                     "--seed", str(seed), "--eval-every", str(args.eval_every), "--schedule-guard", args.guard])
                 for (spec, dtype), (path, _), final in zip(configs, runs, finals):
                     assert path == run_metrics_path(out, {"dataset": dataset, "parts": num_parts, "seed": seed,

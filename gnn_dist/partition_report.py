@@ -71,7 +71,7 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
         verify_part_file(directory, meta, k)
     model = model or ModelConfig()
     if meta.hetero is not None:
-        return _typed(directory, meta, model)
+        return _typed(directory, meta, model, schedule, halo_dtype)
     owned = [p.owned for p in meta.parts]
     total_halo = sum(p.halo for p in meta.parts)
     mean_owned = sum(owned) / len(owned)
@@ -151,11 +151,15 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
     return report
 
 
-def _typed(directory, meta, model) -> dict:
-    """A typed partition's report: the common figures, then per type and per relation (gnn_dist.hetero.report)."""
+def _typed(directory, meta, model, schedule: str, halo_dtype: str) -> dict:
+    """A typed partition's report: the common figures, then per type and per relation (gnn_dist.hetero.report).
+    The halo bytes: the embedding rows' (exact, fp32), and the hidden layers' as the schedule and dtype send them
+    (each later layer exchanges --hidden columns; layer 0 exchanges none through the schedule)."""
     owned = [p.owned for p in meta.parts]
     total_halo = sum(p.halo for p in meta.parts)
     typed = typed_report(directory, meta, model)
+    hidden_layers = predicted_halo_bytes_per_epoch(total_halo, model, model.hidden, meta.num_classes, halo_dtype,
+                                                   schedule, meta.num_parts)
     return {
         "directory": str(directory), "dataset": meta.dataset, "method": meta.method, "seed": meta.seed,
         "num_nodes": meta.num_nodes, "num_edges": meta.num_edges, "num_parts": meta.num_parts,
@@ -163,7 +167,9 @@ def _typed(directory, meta, model) -> dict:
         "replication_factor": (meta.num_nodes + total_halo) / meta.num_nodes,
         "balance": max(owned) / (sum(owned) / len(owned)), "total_halo_rows": total_halo,
         "model": {"model": model.model, "hidden": model.hidden, "num_layers": model.num_layers},
-        "predicted_halo_bytes_per_epoch": typed["predicted_halo_bytes_per_epoch"], "memory_plan": None,
+        "schedule": schedule, "halo_dtype": halo_dtype,
+        "predicted_halo_bytes_per_epoch": typed["embedding_halo_bytes_per_epoch"] + hidden_layers,
+        "memory_plan": None,
         "parts": [{"part": k, "owned": p.owned, "halo": p.halo, "local_edges": p.local_edges,
                    "cut_edges": p.cut_edges, "train": p.train} for k, p in enumerate(meta.parts)],
         "typed": typed,

@@ -1,9 +1,11 @@
 """`gnn-dist inspect` of a typed partition: owned and halo nodes per type, edges and cut per relation, and the
 halo bytes an R-GCN epoch sends.
 
-An epoch's bytes (forward rows and backward gradients, fp32, summed over ranks): the first layer's halo rows of
-the featureless types (embedding rows, exact every step) at --hidden columns, and every later layer's whole
-halo at its input width (--hidden). The featured types' raw features travel once, at set-up.
+An epoch's bytes (forward rows and backward gradients, summed over ranks): the first layer's halo rows of the
+featureless types (embedding rows, exact and fp32 every step whatever the schedule) at --hidden columns, here;
+and every later layer's whole halo at its input width (--hidden), as the schedule and the halo dtype send it,
+which inspect adds (gnn_dist.plan.traffic, as for a homogeneous graph). The featured types' raw features
+travel once, at set-up.
 """
 from __future__ import annotations
 
@@ -38,8 +40,7 @@ def typed_report(directory: Path, meta: PartitionMeta, model) -> dict:
             })
     halo_rows = sum(sum(p["halo_per_type"].values()) for p in parts)
     embedding_rows = sum(p["halo_per_type"][t] for p in parts for t, f in zip(types, featureless) if f)
-    hidden = model.hidden
-    per_epoch = 2 * FP32_BYTES * hidden * (embedding_rows + (model.num_layers - 1) * halo_rows)
+    embedding_bytes = 2 * FP32_BYTES * model.hidden * embedding_rows
     return {
         "node_types": types, "target": hetero["target"], "relations": [list(r) for r in relations],
         "reverse_relations": hetero["reverse_relations"],
@@ -50,7 +51,8 @@ def typed_report(directory: Path, meta: PartitionMeta, model) -> dict:
         "relation_cut": [sum(p["cut_per_relation"][r] for p in parts) for r in range(len(relations))],
         "embedding_halo_rows": embedding_rows,
         "typed_parts": parts,
-        "predicted_halo_bytes_per_epoch": per_epoch,
+        "embedding_halo_bytes_per_epoch": embedding_bytes,
+        "halo_rows": halo_rows,
     }
 
 
@@ -67,8 +69,9 @@ def format_typed_report(report: dict) -> list[str]:
     for relation, edges, cut in zip(typed["relations"], typed["relation_edges"], typed["relation_cut"]):
         lines.append(f"    {'__'.join(relation):<40} {edges:>12,} {cut:>10,}")
     m = report["model"]
-    lines.append(f"  training traffic    {typed['predicted_halo_bytes_per_epoch'] / 1e6:.2f} MB of halo payload per "
+    lines.append(f"  training traffic    {report['predicted_halo_bytes_per_epoch'] / 1e6:.2f} MB of halo payload per "
                  f"epoch for rgcn hidden {m['hidden']}, {m['num_layers']} layers: {typed['embedding_halo_rows']:,} "
-                 f"embedding rows of featureless types at layer 0, every halo row at each later layer (fp32)")
+                 f"embedding rows of featureless types at layer 0 (fp32, exact), every halo row at each later layer "
+                 f"({report['schedule']}, {report['halo_dtype']})")
     lines.append("  peak memory         not planned for typed graphs yet")
     return lines

@@ -6,7 +6,8 @@
 Dropout precedes every layer, the first included, keyed by (seed, epoch, layer, the node's id): ids are
 homogeneous, unique per (type, type-local id), so paper 5 and author 5 never share a draw, and every P draws
 the same masks. Layer 0 aggregates the typed inputs' [owned | halo] rows (the halo's embedding rows arrived
-this step); every later layer exchanges its input rows like any layer (schedules and halo dtypes apply there).
+this step); every later layer exchanges its input rows like any layer: schedules (stale, pipeline, bns,
+adaptive) and halo dtypes apply there, while the embedding rows always travel exactly, in fp32.
 
 Two kinds of parameters: replicated ones (the Linears and every layer's weights), broadcast at set-up and whose
 gradients are summed over ranks every step, and the embedding shards, which are this rank's alone (their
@@ -70,8 +71,19 @@ class TypedStack(nn.Module):
             if k == 0:
                 h = conv(x_full=keyed_dropout(h, self.column_ids, key, p, self.training))
             else:
+                if self.training and p > 0 and self.exchanger.active_schedule(conv.slot).measures_parameter_drift:
+                    self._note_shaping_parameters(k)
                 h = conv([keyed_dropout(h, self.node_ids, key, p, self.training, relu=True, inplace=True)])
         return h
+
+    @torch.no_grad()
+    def _note_shaping_parameters(self, k: int) -> None:
+        """For schedules that skip halo blocks which barely changed (adaptive), under dropout: the replicated
+        parameters that shape layer k's exchanged rows (the typed inputs' Linears, layers 0..k), as the
+        homogeneous stack hands over (gnn_dist.steps.layer_stack). The embedding shards are left out: each rank
+        holds other rows, and the measure should be one every rank computes alike."""
+        shaping = self.inputs.replicated_parameters() + [q for conv in self.convs[:k + 1] for q in conv.parameters()]
+        self.exchanger.shaping_parameters[self.convs[k].slot] = torch.cat([q.reshape(-1) for q in shaping])
 
     @torch.no_grad()
     def forward_layerwise(self, x_full: torch.Tensor | None, chunk_nodes: int, upto: int | None = None) -> torch.Tensor:

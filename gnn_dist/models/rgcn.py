@@ -94,6 +94,7 @@ class DistRGCNConv(DistConv):
         own = full if full.shape[0] == relations.n_owned else full[:relations.n_owned]
         out = torch.addmm(self.bias, own, self.root)
         first = self._plan()
+        scale = self._relation_scale() if x_full is None else None
         if first["aggregate"]:  # one product aggregates these relations; each block then meets its weight
             aggregated = spmm(relations.stacked(first["aggregate"]), full)
             # split, not slices: its backward joins the blocks' gradients in one tensor, where each slice's
@@ -101,15 +102,27 @@ class DistRGCNConv(DistConv):
             sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in first["aggregate"]]
             for r, block in zip(first["aggregate"], torch.split(aggregated, sizes)):
                 # addmm keeps its inputs for the backward, not its output: adding in place is safe
-                out.index_add_(0, relations.nodes[relations.offsets[r]:relations.offsets[r + 1]], block @ weights[r])
+                out.index_add_(0, relations.nodes[relations.offsets[r]:relations.offsets[r + 1]],
+                               _scaled(block, scale, relations, r) @ weights[r])
         if first["transform"]:  # these relations' sources are transformed, then aggregated at the output width
             gathered = [relations.gathered(r) for r in first["transform"]]
             sources = full.index_select(0, torch.cat([s for _, s in gathered]))  # one gather, one scatter back
             for r, (operator, _), rows in zip(first["transform"], gathered,
                                               torch.split(sources, [len(s) for _, s in gathered])):
                 out.index_add_(0, relations.nodes[relations.offsets[r]:relations.offsets[r + 1]],
-                               spmm(operator, rows @ weights[r]))
+                               _scaled(spmm(operator, rows @ weights[r]), scale, relations, r))
         return out
+
+    def _relation_scale(self) -> torch.Tensor | None:
+        """Under a schedule that leaves halo rows out this pass (bns, adaptive), a factor per (relation, node
+        reached) row: that relation's mean renormalised over the sources still present, as a homogeneous layer
+        renormalises its row (gnn_dist.schedules.renormalise), so each relation keeps its weight in the sum.
+        Rows are every relation's blocks in relation order: relation r's are offsets[r]:offsets[r + 1].
+        None when every row is present (exact, stale, pipeline, or one rank)."""
+        if not self.exchanger.reweights_rows(self.slot):
+            return None
+        relations = self.operator
+        return self.exchanger.aggregation_scale(self.slot, relations.stacked(tuple(range(relations.num_relations))))
 
     def _plan(self) -> dict:
         """Which relations this layer aggregates first and which it transforms first: the cheaper of
@@ -136,3 +149,8 @@ class DistRGCNConv(DistConv):
     @staticmethod
     def pyg_parameter_names() -> dict[str, str]:
         return {"weight": "weight", "basis": "weight", "comp": "comp", "root": "root", "bias": "bias"}
+
+
+def _scaled(rows: torch.Tensor, scale: torch.Tensor | None, relations, r: int) -> torch.Tensor:
+    """Relation r's rows times their renormalising factors ([rows, 1]), or the rows as they are."""
+    return rows if scale is None else rows * scale[relations.offsets[r]:relations.offsets[r + 1]]
