@@ -4,6 +4,7 @@ inputs, nn.Embedding tables for featureless types, to_homogeneous() and RGCNConv
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -378,10 +379,53 @@ def test_typed_bytes_under_a_schedule_and_a_halo_dtype_are_the_predicted_ones(ty
     assert lossy["predicted_halo_bytes_per_epoch"] < 0.5 * exact["predicted_halo_bytes_per_epoch"]
 
 
+def typed_losses_of(path: Path) -> list[float]:
+    return [r["loss"] for r in map(json.loads, path.read_text().splitlines()) if "final" not in r]
+
+
+@pytest.mark.mpi
+def test_a_typed_run_stopped_at_p2_resumes_at_p4_and_p2_on_the_uninterrupted_curve(typed_parts, tmp_path):
+    """A rank fails at epoch 6 of a P=2 run with checkpoints every 4 epochs (Adam, dropout on, 10 epochs). Each rank
+    wrote only its own embedding rows and their Adam moments, keyed by (type, id); the resume on the same
+    partition reads its own file, the one at P=4 re-shards the rows from both old files. Both continue on the
+    uninterrupted run's loss curve."""
+    common = ["--model", "rgcn", "--hidden", "16", "--epochs", "10", "--dropout", "0.5", "--seed", "2", "--no-progress"]
+    whole = tmp_path / "whole.jsonl"
+    assert run_mpi(2, "train", "--parts", str(typed_parts[2]), *common, "--metrics-out", str(whole)).returncode == 0
+    ckpt = tmp_path / "ckpt"
+    done = run_mpi(2, "train", "--parts", str(typed_parts[2]), *common, "--checkpoint-dir", str(ckpt),
+                   "--checkpoint-every", "4", env={"GNN_DIST_FAIL_AT": "1:6"})
+    assert done.returncode != 0
+    written = ckpt / "epoch-000004"
+    arrays = typed_arrays()
+    for k in range(2):  # each rank's file holds exactly its owned rows of each featureless type
+        shards = torch.load(written / f"rank-{k:05d}.pt", weights_only=True)["shards"]
+        part = load_part(typed_parts[2], k)
+        owned_type = np.searchsorted(type_offsets(part.meta.hetero), part.node_ids, side="right") - 1
+        field = int((owned_type == 2).sum())  # types: paper, author, field
+        ids = shards["inputs.shards.field"]["ids"]
+        assert len(ids) == shards["inputs.shards.field"]["rows"].shape[0] == field < int(arrays["num_nodes__field"])
+        assert shards["inputs.shards.field"]["optimizer"]["exp_avg"].shape == (field, 16)
+    replicated = torch.load(written / "replicated.pt", weights_only=True)
+    assert not any(name.startswith("inputs.shards.") for name in replicated["model"])
+    curve = typed_losses_of(whole)
+    for p in (2, 4):
+        resumed_dir = tmp_path / f"ckpt{p}"
+        shutil.copytree(ckpt, resumed_dir)
+        resumed = tmp_path / f"resumed{p}.jsonl"
+        done = run_mpi(p, "train", "--parts", str(typed_parts[p]), *common, "--checkpoint-dir", str(resumed_dir),
+                       "--resume", "--metrics-out", str(resumed))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(resumed.read_text().splitlines()[-1])["resumed_from_epoch"] == 4
+        for epoch, (a, b) in enumerate(zip(curve, typed_losses_of(resumed), strict=True)):
+            assert abs(a - b) <= 1e-5 * abs(a), (p, epoch, a, b)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--model", "gcn"], "train it with --model rgcn"),
     (["--model", "rgcn", "--mode", "sampled", "--fanouts", "5,5"], "--mode full"),
     (["--model", "rgcn", "--halo-memory", "sequential"], "--halo-memory resident"),
+    (["--model", "rgcn", "--predictions-out", "preds.npz"], "no --predictions-out"),
     (["--model", "rgcn", "--task", "link"], "--task link"),
 ])
 def test_what_typed_training_lacks_is_refused_in_one_line(typed_parts, flags, message):

@@ -40,6 +40,7 @@ class TypedInputs(nn.Module):
         self.shards = nn.ParameterDict()
         self.owned_rows, self.halo_rows = {}, {}  # type -> positions among the owned / halo rows
         self.owned_x, self.halo_x = {}, {}        # featured type -> its raw features (constants)
+        self.shard_ids: dict[str, np.ndarray] = {}  # featureless type -> its shard's type-local ids, row by row
         send_type = typed.owned_type[exchanger.plan.send_idx.cpu().numpy()]
         for k, name in enumerate(typed.node_types):
             owned = np.flatnonzero(typed.owned_type == k)
@@ -62,6 +63,7 @@ class TypedInputs(nn.Module):
                 ids = part.node_ids[owned]  # homogeneous ids: unique per (type, type-local id)
                 rows = keyed_normal(ids, seed, hidden).astype(np.float32)
                 self.shards[name] = nn.Parameter(torch.from_numpy(rows).to(device))
+                self.shard_ids[name] = ids - typed.offsets[k]  # the rows' type-local ids (checkpoints key on them)
         featureless = ~np.isin(np.arange(len(typed.node_types)), [typed.type_index(t) for t in self.linears])
         self.halo_featureless = torch.from_numpy(np.flatnonzero(featureless[typed.halo_type])).to(device)
         # where each owned (halo) row sits among the pieces forward() joins: the types' rows in type order (the
@@ -87,6 +89,10 @@ class TypedInputs(nn.Module):
 
     def sharded_parameters(self) -> list[nn.Parameter]:
         return list(self.shards.values())
+
+    def sharded_rows(self) -> dict[str, tuple[nn.Parameter, np.ndarray]]:
+        """featureless type -> (its shard, the type-local id of each of its rows): what a checkpoint keys on."""
+        return {name: (shard, self.shard_ids[name]) for name, shard in self.shards.items()}
 
     def forward(self) -> torch.Tensor:
         """Each type's rows made in one piece, the pieces joined and put in the part's row order by one gather

@@ -61,6 +61,10 @@ class TypedStack(nn.Module):
         """This rank's embedding rows: its own, stepped with its own gradients."""
         return self.inputs.sharded_parameters()
 
+    def sharded_rows(self) -> dict:
+        """{state_dict name: (shard, type-local ids of its rows)}: how checkpoints write and re-shard them."""
+        return {f"inputs.shards.{name}": held for name, held in self.inputs.sharded_rows().items()}
+
     def forward(self, x_full: torch.Tensor | None = None) -> torch.Tensor:
         """x_full is ignored (a typed graph's inputs are the model's own); the argument keeps the stacks' call."""
         p = self.config.dropout

@@ -2,7 +2,9 @@
 
     DIR/epoch-000010/replicated.pt      model, optimizer, next epoch, metrics so far (rank 0 writes it)
     DIR/epoch-000010/rank-00000.pt ...  what only that rank holds: the schedule's caches, the halo codec's
-                                        random state (a few hundred bytes when there are none)
+                                        random state (a few hundred bytes when there are none), and a typed
+                                        graph's embedding rows it owns with their optimiser state, keyed by
+                                        (type, id) (gnn_dist.resilience.sharded)
     DIR/epoch-000010/MANIFEST.json      written last: the run's identity and the sha256 of every file
 
 The model and optimizer are the same on every rank (gradients are summed
@@ -43,6 +45,7 @@ from gnn_dist.context import SetupError
 from gnn_dist.kernels.keyed_random import fingerprint_words
 from gnn_dist.log import rank_logger
 from gnn_dist.partition.format import sha256_of
+from gnn_dist.resilience.sharded import own_rows, replicated_state, restore, sharded_rows
 
 MANIFEST = "MANIFEST.json"
 REPLICATED = "replicated.pt"
@@ -122,12 +125,14 @@ def save_checkpoint(state, directory: str | os.PathLike, next_epoch: int, record
     mine = target / rank_file(ctx.rank)
     try:
         target.mkdir(parents=True, exist_ok=True)
-        digest = _write_atomically({"schedule": state.exchanger.schedule.state_dict(),
-                                    "codec": state.exchanger.codec.state_dict()}, mine)
+        own = {"schedule": state.exchanger.schedule.state_dict(), "codec": state.exchanger.codec.state_dict()}
+        if sharded_rows(state.model):
+            own["shards"] = own_rows(state.model, state.optimizer)
+        digest = _write_atomically(own, mine)
         if ctx.is_root:
+            weights, optimizer_state = replicated_state(state.model, state.optimizer)
             replicated_digest = _write_atomically({
-                "next_epoch": next_epoch, "model": state.model.state_dict(),
-                "optimizer": state.optimizer.state_dict(), "records": records,
+                "next_epoch": next_epoch, "model": weights, "optimizer": optimizer_state, "records": records,
                 "guard": state.guard.state_dict() if state.guard is not None else {}}, target / REPLICATED)
     except OSError as err:
         error = f"{err.strerror or err} ({type(err).__name__})"
@@ -255,14 +260,18 @@ def load_checkpoint(state, directory: str | os.PathLike) -> tuple[int, list[dict
         else:
             replicated = _read_verified(path, manifest["replicated"])
             own = _read_verified(path, manifest["shards"][state.ctx.rank]) if same_partition else None
-        state.model.load_state_dict(replicated["model"])
-        state.optimizer.load_state_dict(replicated["optimizer"])
+        # rows sharded by owner (embedding tables): this rank's own file on the same partition, else every old
+        # rank's file in turn, keeping the rows it owns now (gnn_dist.resilience.sharded)
+        old_files = [manifest["shards"][state.ctx.rank]] if same_partition else manifest["shards"]
+        restore(state.model, state.optimizer, replicated["model"], replicated["optimizer"],
+                [lambda entry=entry: _read_verified(path, entry)["shards"] for entry in old_files]
+                if sharded_rows(state.model) else [])
         if state.guard is not None and replicated.get("guard"):
             state.guard.load_state_dict(replicated["guard"])
         if own is not None:
             state.exchanger.schedule.load_state_dict(_on_device(own["schedule"], state.device))
             state.exchanger.codec.load_state_dict(own["codec"])
-    except (RuntimeError, KeyError, ValueError) as err:
+    except (RuntimeError, KeyError, ValueError, TypeError) as err:
         raise CheckpointError(f"{path} does not fit this model ({str(err).splitlines()[0]}): pass the same "
                               f"--model/--hidden/--num-layers or use another --checkpoint-dir") from err
     if not same_partition and state.ctx.is_root:

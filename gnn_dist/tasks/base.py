@@ -103,8 +103,7 @@ def best_record(records: list[dict], key: str) -> dict | None:
 
 # What training on a typed graph supports so far, each refusal naming the fix (docs/hetero.md)
 _TYPED_ONLY = {"mode": ("full", "--mode full"), "halo_memory": ("resident", "--halo-memory resident"),
-               "feature_dtype": ("fp32", "--feature-dtype fp32"), "checkpoint_dir": (None, "no --checkpoint-dir"),
-               "predictions_out": (None, "no --predictions-out")}
+               "feature_dtype": ("fp32", "--feature-dtype fp32"), "predictions_out": (None, "no --predictions-out")}
 
 
 def check_typed(config, meta) -> None:

@@ -1,0 +1,120 @@
+"""Checkpoints of a model whose parameters are partly sharded by owner (a typed graph's embedding tables).
+
+A model may hold, beside the weights every rank shares, rows that live only on the rank owning their node
+(gnn_dist.hetero.inputs: `model.sharded_rows()` -> {state_dict name: (parameter, each row's type-local id)}).
+No rank ever holds a whole table or its optimiser state, so a checkpoint keeps them apart:
+
+    replicated.pt       the model without its shards, the optimiser's state without theirs (rank 0 writes it)
+    rank-0000k.pt       "shards": per shard, the ids of its rows, the rows, and the optimiser's state of them
+                        (Adam's moments row by row, its step count), keyed by (shard name = type, id)
+
+A resume on the partition that wrote it reads its own file. A resume on another partition (another P) reads
+the old ranks' files one at a time and keeps the rows whose ids it owns now: a rank holds at most its new shard
+and one old shard at once, never a table. Every row of every shard must be found, or the resume is refused.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import torch
+
+
+def sharded_rows(model) -> dict:
+    """{state_dict name: (parameter, int64 ids of its rows)}; {} for a model whose parameters are all replicated."""
+    rows = getattr(model, "sharded_rows", None)
+    return rows() if rows is not None else {}
+
+
+def _indices(optimizer) -> dict:
+    """id(parameter) -> its index in optimizer.state_dict() (parameters numbered across groups, in order)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return {id(p): i for i, p in enumerate(params)}
+
+
+def replicated_state(model, optimizer) -> tuple[dict, dict]:
+    """(model state_dict, optimiser state_dict) without the sharded rows and their optimiser state."""
+    shards = sharded_rows(model)
+    weights = {name: value for name, value in model.state_dict().items() if name not in shards}
+    optimizer_state = optimizer.state_dict()
+    if shards:
+        index = _indices(optimizer)
+        left_out = {index[id(p)] for p, _ in shards.values()}
+        optimizer_state = {"state": {i: s for i, s in optimizer_state["state"].items() if i not in left_out},
+                           "param_groups": optimizer_state["param_groups"]}
+    return weights, optimizer_state
+
+
+def own_rows(model, optimizer) -> dict:
+    """This rank's part of a checkpoint: per shard, its rows' ids, the rows and their optimiser state."""
+    return {name: {"ids": torch.from_numpy(np.asarray(ids, dtype=np.int64)), "rows": p.detach(),
+                   "optimizer": dict(optimizer.state.get(p, {}))}
+            for name, (p, ids) in sharded_rows(model).items()}
+
+
+def restore(model, optimizer, weights: dict, optimizer_state: dict,
+            old_shards: Iterable[Callable[[], dict]]) -> None:
+    """Load the replicated state, then each shard's rows from the old ranks' files (old_shards: one loader per file
+    that returns its "shards" entry, called one at a time). ValueError when a row or a weight is missing."""
+    shards = sharded_rows(model)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or set(missing) != set(shards):
+        raise ValueError(f"weights missing {sorted(set(missing) - set(shards))}, unexpected {sorted(unexpected)}")
+    full = {"state": dict(optimizer_state["state"]), "param_groups": optimizer_state["param_groups"]}
+    if shards:
+        index = _indices(optimizer)
+        restored = {name: _Reshard(p, ids) for name, (p, ids) in shards.items()}
+        for load in old_shards:
+            held = load()
+            for name, rows in held.items():
+                if name not in restored:
+                    raise ValueError(f"the checkpoint has a shard {name!r} this model lacks")
+                restored[name].take(rows)
+            del held
+        for name, reshard in restored.items():
+            reshard.check(name)
+            with torch.no_grad():
+                reshard.parameter.copy_(reshard.rows)
+            if reshard.moments is not None:
+                full["state"][index[id(reshard.parameter)]] = reshard.optimizer_entry()
+    optimizer.load_state_dict(full)
+
+
+class _Reshard:
+    """One shard being filled from the old ranks' rows: the rows this rank owns now, wherever they were."""
+
+    def __init__(self, parameter: torch.Tensor, ids: np.ndarray):
+        self.parameter = parameter
+        self.order = np.argsort(ids, kind="stable")
+        self.sorted_ids = np.asarray(ids, dtype=np.int64)[self.order]
+        self.rows = torch.empty_like(parameter.detach())
+        self.found = np.zeros(len(ids), dtype=bool)
+        self.moments: dict | None = None  # optimiser state per row (Adam's exp_avg, exp_avg_sq)
+        self.scalars: dict = {}            # optimiser state shared by the rows (Adam's step)
+
+    def take(self, held: dict) -> None:
+        """Copy in the rows of one old shard whose ids this rank owns."""
+        old_ids = held["ids"].numpy()
+        position = np.searchsorted(self.sorted_ids, old_ids).clip(max=max(len(self.sorted_ids) - 1, 0))
+        mine = (self.sorted_ids[position] == old_ids) if len(self.sorted_ids) else np.zeros(len(old_ids), bool)
+        target = torch.from_numpy(self.order[position[mine]])
+        source = torch.from_numpy(np.flatnonzero(mine))
+        self.rows[target] = held["rows"][source].to(self.rows)
+        self.found[target.numpy()] = True
+        for key, value in held["optimizer"].items():
+            if value.dim() >= 1 and value.shape[0] == len(old_ids):
+                if self.moments is None:
+                    self.moments = {}
+                row_state = self.moments.setdefault(key, torch.zeros_like(self.rows, dtype=value.dtype))
+                row_state[target] = value[source].to(row_state.device)
+            else:
+                self.scalars[key] = value
+
+    def check(self, name: str) -> None:
+        if not self.found.all():
+            raise ValueError(f"{int((~self.found).sum())} rows of {name} are in none of the checkpoint's shards")
+        if self.moments is None and self.scalars:
+            self.moments = {}
+
+    def optimizer_entry(self) -> dict:
+        return {**self.scalars, **(self.moments or {})}
