@@ -13,10 +13,12 @@ Two kinds of parameters: replicated ones (the Linears and every layer's weights)
 gradients are summed over ranks every step, and the embedding shards, which are this rank's alone (their
 gradients already hold what the halo ranks sent back) and never enter the allreduce.
 
-Shapes: forward() -> logits [n_owned, C] (rows of other types than the target are computed and unused)
+Shapes: forward() -> logits [n_target, C]: the target type's owned rows (output_rows), in the part's order; the
+last layer computes no other row
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -45,6 +47,11 @@ class TypedStack(nn.Module):
         self.convs = nn.ModuleList(
             conv_type(i, o, operator, exchanger, slot=f"layer{k}", num_relations=typed.num_relations, **options)
             for k, (i, o, options) in enumerate(config.layers(config.hidden, out_dim)))
+        # the last layer computes the target type's rows only: the logits (and the labels, set-up restricts
+        # them alike) are the target's owned rows, in the part's order
+        self.output_rows = torch.from_numpy(np.flatnonzero(typed.owned_type == typed.type_index(typed.target))
+                                            ).to(device)
+        self.convs[-1].restrict_output(self.output_rows)
         ids = torch.from_numpy(part.node_ids).to(device)
         self.node_ids = ids
         self.column_ids = torch.cat([ids, torch.from_numpy(part.halo_ids).to(device)])

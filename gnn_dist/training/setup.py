@@ -145,6 +145,11 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     exchanger.counters.reset()
 
     model = task.build_model(graph, exchanger, part).to(device)
+    output_rows = getattr(model, "output_rows", None)
+    if output_rows is not None:
+        # a typed graph's model outputs its target type's owned rows only: the labels and masks follow them
+        graph = dataclasses.replace(graph, y=graph.y[output_rows], train_mask=graph.train_mask[output_rows],
+                                    val_mask=graph.val_mask[output_rows], test_mask=graph.test_mask[output_rows])
     first = model.convs[0]
     if sparse_features.wanted(config, meta.feature_density, type(first), first.in_dim, first.out_dim):
         first.input_features = sparse_features.SparseFeatures.of(x_full)
