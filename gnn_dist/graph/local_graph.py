@@ -127,14 +127,16 @@ class LocalGraph:
     @classmethod
     def from_part(cls, part: PartData, normalise: Normalise | None, whole_operator: bool = True,
                   blocked_by: tuple[np.ndarray, int] | None = None,
-                  device: torch.device = HOST) -> LocalGraph:
+                  device: torch.device = HOST, row_access: bool = True) -> LocalGraph:
         """normalise: the model's (gnn_dist.models.model_class(name).normalise). whole_operator: build the
         part's operator (full-batch, resident halos). blocked_by: (the P x P
         send-count matrix, halo block rows) builds the column-blocked operator of sequential halos instead,
-        and no row access to the part is kept (evaluation runs the sequential forward). Every tensor is
-        placed on `device` (on the host, the part file's arrays are used without a copy)."""
+        and no row access to the part is kept (evaluation runs the sequential forward). row_access=False keeps
+        none either (a typed graph's operator is its model's own, gnn_dist.hetero.typed_part), so the part's
+        CSR is not held. Every tensor is placed on `device` (on the host, the part file's arrays are used
+        without a copy)."""
         n_owned, n_halo = part.n_owned, part.n_halo
-        operator, rows, blocked = None, PartRows(part, normalise, device), None
+        operator, rows, blocked = None, PartRows(part, normalise, device) if row_access else None, None
         if blocked_by is not None:
             send_counts, block_rows = blocked_by
             recv_counts = np.bincount(part.halo_owner, minlength=part.meta.num_parts)

@@ -52,6 +52,9 @@ class TypedStack(nn.Module):
         self.output_rows = torch.from_numpy(np.flatnonzero(typed.owned_type == typed.type_index(typed.target))
                                             ).to(device)
         self.convs[-1].restrict_output(self.output_rows)
+        for k, conv in enumerate(self.convs):
+            conv.build_forms(exchanges=k > 0)
+        operator.release_entries()  # every layer's forms are built: the entries they came from go
         ids = torch.from_numpy(part.node_ids).to(device)
         self.node_ids = ids
         self.column_ids = torch.cat([ids, torch.from_numpy(part.halo_ids).to(device)])

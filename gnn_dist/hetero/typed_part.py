@@ -59,7 +59,9 @@ class RelationOperator:
     A layer aggregates a relation first (stacked(): the blocks of the chosen relations as rows of one matrix
     over [owned | halo], one product for all of them) or transforms its sources first (gathered(r): a matrix
     from the relation's sources alone), whichever multiplies fewer rows by the weight: for Freebase's `ma`
-    relation, 3.5k movies reach 33k actors. Both forms are built on first use and shared by the layers.
+    relation, 3.5k movies reach 33k actors. Both forms are built once and shared by the layers; the typed stack
+    builds every form its layers use at set-up, then release_entries() drops the entries they were built from
+    (28 bytes an entry), so a rank keeps the forms alone.
 
     Shapes: nodes int64 [S]; offsets R + 1 row offsets into them; stacked [rows of the relations, n_columns];
     gathered(r) ([|nodes of r|, |sources of r|], sources int64 [|sources of r|])
@@ -76,6 +78,8 @@ class RelationOperator:
         self._stacked: dict = {}
         self._gathered: dict = {}
         self._distinct: dict = {}
+        self._counts: dict = {}
+        self._released = False
 
     @property
     def num_relations(self) -> int:
@@ -94,12 +98,28 @@ class RelationOperator:
 
     def counts(self, r: int) -> tuple[int, int, int]:
         """(nodes reached, distinct sources, entries) of relation r."""
-        sources, position = self._sources(r)
-        return self.offsets[r + 1] - self.offsets[r], len(sources), len(position)
+        if r not in self._counts:
+            sources, position = self._sources(r)
+            self._counts[r] = self.offsets[r + 1] - self.offsets[r], len(sources), len(position)
+        return self._counts[r]
+
+    def release_entries(self) -> None:
+        """Drop the entries once every form in use is built: later forms cannot be made, counts still answer."""
+        for r in range(self.num_relations):
+            self.counts(r)
+        del self._rows, self._cols, self._values
+        self._distinct = {}
+        self._released = True
+
+    def _check_entries(self, form: str) -> None:
+        if self._released:
+            raise RuntimeError(f"the {form} form was not built at set-up, and the relation entries are released: "
+                               f"build every form a layer uses before RelationOperator.release_entries()")
 
     def stacked(self, relations: tuple[int, ...]) -> SparseOperator:
         """The blocks of `relations`, in that order, as the rows of one operator over [owned | halo]."""
         if relations not in self._stacked:
+            self._check_entries(f"stacked {relations}")
             rows, cols, values, first = [], [], [], 0
             for r in relations:
                 entries = self._entries(r)
@@ -114,6 +134,7 @@ class RelationOperator:
     def gathered(self, r: int) -> tuple[SparseOperator, torch.Tensor]:
         """Relation r from its sources alone: (operator [its nodes, its sources], the sources' column ids)."""
         if r not in self._gathered:
+            self._check_entries(f"gathered {r}")
             entries = self._entries(r)
             sources, cols = self._sources(r)
             operator = _operator(self._rows[entries] - self.offsets[r], cols, self._values[entries],

@@ -150,6 +150,22 @@ class DistRGCNConv(DistConv):
         relations = self.operator
         return self.exchanger.aggregation_scale(self.slot, relations.stacked(tuple(range(relations.num_relations))))
 
+    def build_forms(self, exchanges: bool = True) -> None:
+        """Build every relation form this layer will use (set-up), so the entries can be released after: the
+        stacked blocks it aggregates first, the gathered form of each relation it transforms first, and, where
+        the layer's schedule may leave halo rows out (bns, adaptive), every relation's blocks for the
+        renormalising factors. exchanges: whether the layer's halo rows come through its schedule (not the first
+        layer's: the typed inputs bring them)."""
+        relations, first = self.operator, self._plan()
+        if first["aggregate"]:
+            relations.stacked(first["aggregate"])
+        for r in first["transform"]:
+            relations.gathered(r)
+        exchanger = self.exchanger
+        if exchanges and exchanger.plan.num_parts > 1 and exchanger.schedule is not None and \
+                exchanger.schedule.for_slot(self.slot).reweights_rows:
+            relations.stacked(tuple(range(relations.num_relations)))
+
     def _nodes(self, r: int) -> torch.Tensor:
         """The output rows relation r adds into: the nodes it reaches (among the output rows when restricted)."""
         if self.output_rows is not None:

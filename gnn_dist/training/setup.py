@@ -126,7 +126,7 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     typed = meta.hetero is not None
     graph = LocalGraph.from_part(part, None if typed else model_class(config.model.model).normalise,
                                  whole_operator=config.mode == "full" and not typed, blocked_by=blocked_by,
-                                 device=device)
+                                 device=device, row_access=not typed)
     # a typed graph's inputs are per type, the model's own (gnn_dist.hetero.inputs): nothing to cache here
     x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)]) if meta.hetero is None \
         else torch.zeros(part.n_owned + part.n_halo, 0, device=device)
