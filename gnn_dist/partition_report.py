@@ -9,13 +9,16 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import numpy as np
+
 from gnn_dist.config import LinkConfig, ModelConfig
 from gnn_dist.hetero.report import format_typed_report, typed_report
 from gnn_dist.memory.host import readable_bytes
-from gnn_dist.partition.format import load_meta, part_shapes, verify_part_file
+from gnn_dist.partition.format import load_meta, part_file_name, part_shapes, verify_part_file
 from gnn_dist.plan.host import plan_host
 from gnn_dist.plan.memory import PlanConfig, plan_part
 from gnn_dist.plan.traffic import exchanged_widths, predicted_halo_bytes_per_epoch
+from gnn_dist.plan.typed import plan_typed, typed_shape
 
 FP32_BYTES = 4
 # Above this max/mean of the edges the parts aggregate, an attention model's full-batch training warns: its epoch
@@ -71,7 +74,7 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
         verify_part_file(directory, meta, k)
     model = model or ModelConfig()
     if meta.hetero is not None:
-        return _typed(directory, meta, model, schedule, halo_dtype)
+        return _typed(directory, meta, model, schedule, halo_dtype, memory)
     owned = [p.owned for p in meta.parts]
     total_halo = sum(p.halo for p in meta.parts)
     mean_owned = sum(owned) / len(owned)
@@ -151,7 +154,7 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
     return report
 
 
-def _typed(directory, meta, model, schedule: str, halo_dtype: str) -> dict:
+def _typed(directory, meta, model, schedule: str, halo_dtype: str, memory: PlanConfig | None) -> dict:
     """A typed partition's report: the common figures, then per type and per relation (gnn_dist.hetero.report).
     The halo bytes: the embedding rows' (exact, fp32), and the hidden layers' as the schedule and dtype send them
     (each later layer exchanges --hidden columns; layer 0 exchanges none through the schedule)."""
@@ -160,6 +163,12 @@ def _typed(directory, meta, model, schedule: str, halo_dtype: str) -> dict:
     typed = typed_report(directory, meta, model)
     hidden_layers = predicted_halo_bytes_per_epoch(total_halo, model, model.hidden, meta.num_classes, halo_dtype,
                                                    schedule, meta.num_parts)
+    plan_config = dataclasses.replace(memory or PlanConfig(model=model), model=model, schedule=schedule)
+    plans = []
+    for k in range(meta.num_parts):
+        with np.load(directory / part_file_name(k), allow_pickle=False) as archive:
+            plans.append(plan_typed(typed_shape({name: archive[name] for name in archive.files}, meta), plan_config,
+                                    meta.num_classes))
     return {
         "directory": str(directory), "dataset": meta.dataset, "method": meta.method, "seed": meta.seed,
         "num_nodes": meta.num_nodes, "num_edges": meta.num_edges, "num_parts": meta.num_parts,
@@ -169,7 +178,14 @@ def _typed(directory, meta, model, schedule: str, halo_dtype: str) -> dict:
         "model": {"model": model.model, "hidden": model.hidden, "num_layers": model.num_layers},
         "schedule": schedule, "halo_dtype": halo_dtype,
         "predicted_halo_bytes_per_epoch": typed["embedding_halo_bytes_per_epoch"] + hidden_layers,
-        "memory_plan": None,
+        "memory_plan": {
+            "device": "cpu", "halo_memory": "resident", "dropout": model.dropout,
+            "predicted_peak_rss_bytes": max(plan.peak for plan in plans),
+            "predicted_peak_rss_bytes_per_rank": [plan.peak for plan in plans],
+            "peak_phase_per_rank": [plan.phase for plan in plans],
+            "breakdown_of_largest": {name: value for name, value in max(plans, key=lambda p: p.peak).parts.items()
+                                     if value},
+        },
         "parts": [{"part": k, "owned": p.owned, "halo": p.halo, "local_edges": p.local_edges,
                    "cut_edges": p.cut_edges, "train": p.train} for k, p in enumerate(meta.parts)],
         "typed": typed,

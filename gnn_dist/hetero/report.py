@@ -73,5 +73,11 @@ def format_typed_report(report: dict) -> list[str]:
                  f"epoch for rgcn hidden {m['hidden']}, {m['num_layers']} layers: {typed['embedding_halo_rows']:,} "
                  f"embedding rows of featureless types at layer 0 (fp32, exact), every halo row at each later layer "
                  f"({report['schedule']}, {report['halo_dtype']})")
-    lines.append("  peak memory         not planned for typed graphs yet")
+    plan = report["memory_plan"]
+    per_rank = ", ".join(f"{v / 2**30:.2f}" for v in plan["predicted_peak_rss_bytes_per_rank"])
+    largest = sorted(plan["breakdown_of_largest"].items(), key=lambda kv: -kv[1])[:6]
+    lines.append(f"  peak memory         {plan['predicted_peak_rss_bytes'] / 2**30:.2f} GiB per rank at most "
+                 f"(predicted; per rank {per_rank} GiB); no rank holds a whole embedding table")
+    lines.append("                      largest rank at its peak: "
+                 + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in largest))
     return lines

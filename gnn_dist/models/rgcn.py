@@ -130,13 +130,13 @@ class DistRGCNConv(DistConv):
             sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in first["aggregate"]]
             for r, block in zip(first["aggregate"], torch.split(aggregated, sizes)):
                 # addmm keeps its inputs for the backward, not its output: adding in place is safe
-                out.index_add_(0, self._nodes(r), _scaled(block, scale, relations, r) @ weights[r])
+                add_rows_(out, self._nodes(r), _scaled(block, scale, relations, r) @ weights[r])
         if first["transform"]:  # these relations' sources are transformed, then aggregated at the output width
             gathered = [relations.gathered(r) for r in first["transform"]]
             sources = full.index_select(0, torch.cat([s for _, s in gathered]))  # one gather, one scatter back
             for r, (operator, _), rows in zip(first["transform"], gathered,
                                               torch.split(sources, [len(s) for _, s in gathered])):
-                out.index_add_(0, self._nodes(r), _scaled(spmm(operator, rows @ weights[r]), scale, relations, r))
+                add_rows_(out, self._nodes(r), _scaled(spmm(operator, rows @ weights[r]), scale, relations, r))
         return out
 
     def _relation_scale(self) -> torch.Tensor | None:
@@ -181,10 +181,7 @@ class DistRGCNConv(DistConv):
                 reached, sources, entries = self.operator.counts(r)
                 if entries == 0 or (self.output_rows is not None and r not in self._output_nodes):
                     continue
-                product = self.in_dim * self.out_dim
-                aggregate_cost = reached * product + entries * self.in_dim
-                transform_cost = sources * product + entries * self.out_dim
-                order["transform" if transform_cost < aggregate_cost else "aggregate"].append(r)
+                order[relation_order(reached, sources, entries, self.in_dim, self.out_dim)].append(r)
             self._order = {k: tuple(v) for k, v in order.items()}
         return self._order
 
@@ -197,6 +194,37 @@ class DistRGCNConv(DistConv):
     @staticmethod
     def pyg_parameter_names() -> dict[str, str]:
         return {"weight": "weight", "basis": "weight", "comp": "comp", "root": "root", "bias": "bias"}
+
+
+class _AddRows(torch.autograd.Function):
+    """out[index] += rows, in place, keeping only the index for the backward: torch's index_add_ keeps its
+    source as well (its gradient is shaped after it), one [nodes reached, out] tensor per relation and layer,
+    which on ogbn-mag's shape was half of a step's saved tensors."""
+
+    @staticmethod
+    def forward(ctx, out: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        out.index_add_(0, index, rows)
+        ctx.mark_dirty(out)
+        ctx.save_for_backward(index)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        (index,) = ctx.saved_tensors
+        return grad, None, grad.index_select(0, index)
+
+
+def add_rows_(out: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """out[index[i]] += rows[i] in place, differentiable in both (Shapes: out [n, F], index [m], rows [m, F])."""
+    return _AddRows.apply(out, index, rows)
+
+
+def relation_order(reached: int, sources: int, entries: int, in_dim: int, out_dim: int) -> str:
+    """"aggregate" or "transform": the cheaper way to apply one relation in a layer (also the memory plan's)."""
+    product = in_dim * out_dim
+    aggregate_cost = reached * product + entries * in_dim
+    transform_cost = sources * product + entries * out_dim
+    return "transform" if transform_cost < aggregate_cost else "aggregate"
 
 
 def _scaled(rows: torch.Tensor, scale: torch.Tensor | None, relations, r: int) -> torch.Tensor:

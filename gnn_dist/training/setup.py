@@ -43,6 +43,7 @@ from gnn_dist.plan.host import plan_host
 from gnn_dist.plan.memory import plan_config_of, plan_part
 from gnn_dist.resilience.checkpoint import graph_identity, load_checkpoint
 from gnn_dist.resilience.watchdog import NoWatchdog, Watchdog
+from gnn_dist.plan.typed import plan_typed, typed_shape
 from gnn_dist.schedules import parse_schedule, schedule_for_model
 from gnn_dist.steps.flat import pack_into, unpack_from
 from gnn_dist.steps.gradients import flat_buffer, replicated_parameters
@@ -104,9 +105,8 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     if config.mode == "full" and overlap:
         # One host: the overlapped exchanges' rows go through shared memory instead of MPI's copies.
         shared = agree_on_setup(ctx, lambda: SharedHalo.open(comm, np.diff(part.send_ptr)))
-    # the memory plan does not price a typed graph's inputs yet: no refusal there (docs/hetero.md)
     planned = refuse_if_memory_short(ctx, config, part, task, device, shared_halo=shared is not None) \
-        if config.mode == "full" and meta.hetero is None else (None, None)
+        if config.mode == "full" else (None, None)
     # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
     watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort, explain=peers.unreachable if peers else None) \
         if config.timeout != 0 and ctx.comm.aborts_job else NoWatchdog()
@@ -203,15 +203,20 @@ def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task, de
     tensor training makes) against the GPU: the ranks sharing each GPU must fit in what it has free.
     shared_halo: whether the job's overlapped exchanges go through shared memory (gnn_dist.halo.shared).
     Returns this rank's predicted peaks: (host bytes, device bytes or None)."""
-    shape, plan_config = part_shape(part), plan_config_of(config)
+    plan_config = plan_config_of(config)
     plan_config = dataclasses.replace(plan_config, device=device.type,
                                       shared_halo=plan_config.shared_halo and shared_halo)
     width = task.output_width()
-    host = plan_host(shape, plan_config, part.meta.num_features, width)
+    if part.meta.hetero is not None:  # a typed graph's plan (gnn_dist.plan.typed): the host's, no device plan
+        shape, host = None, plan_typed(typed_shape(part.arrays, part.meta), plan_config, width)
+    else:
+        shape = part_shape(part)
+        host = plan_host(shape, plan_config, part.meta.num_features, width)
     mine = RankMemory(socket.gethostname(), host.peak, host.summary(3), current_rss_bytes(),
                       available_memory_bytes(), host_budget_bytes())
     reason = memory_refusal(ctx.comm.allgather_object(mine), config.memory_limit)
-    on_device = plan_part(shape, plan_config, part.meta.num_features, width) if device.type == "cuda" else None
+    on_device = plan_part(shape, plan_config, part.meta.num_features, width) \
+        if device.type == "cuda" and shape is not None else None
     if reason is None and on_device is not None:
         free, _ = torch.cuda.mem_get_info(device)
         on_gpu = RankMemory(f"{socket.gethostname()} GPU {device.index}", on_device.peak, on_device.summary(3),

@@ -1,0 +1,243 @@
+"""The memory plan of a typed graph's rank (R-GCN, full-batch, resident halos), predicted before the run.
+
+It walks what gnn_dist.hetero's stack allocates, as gnn_dist.plan.memory walks a homogeneous one: set-up (the
+part file and the relation operator's build), a training step (the typed inputs, each layer, the loss, the
+backward layer by layer) and evaluation, and keeps the largest total alive. Sizes come from the part's counts
+(`TypedShape`: rows per type, and per relation its entries, the nodes it reaches and its distinct sources) and
+the model's widths; each relation's order (aggregated first or transformed first) is the layer's own rule
+(gnn_dist.models.rgcn.relation_order). Nothing is measured at plan time.
+
+Shapes in the comments: n owned rows, h halo rows, t the target type's owned rows, H --hidden, C classes, a_r
+and s_r the nodes relation r reaches and its distinct sources, e_r its entries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gnn_dist.memory.host import PROCESS_BYTES
+from gnn_dist.models.rgcn import relation_order
+from gnn_dist.partition.format import type_offsets
+from gnn_dist.plan.liveness import FLOAT, INDEX, Liveness
+from gnn_dist.plan.memory import MemoryPlan
+from gnn_dist.plan.options import PlanConfig
+from gnn_dist.schedules import parse_schedule
+
+CSR_INDEX = 4  # the relation forms' CSR indices are int32 (gnn_dist.kernels.spmm)
+# Set-up's build of the relation operator (gnn_dist.hetero.typed_part.relation_operator): per entry, the
+# destinations and the (relation, node) keys (int64 each), np.unique's sorted copy, order and inverse, the
+# values (float32), the stable sort's order, and the sorted rows, columns and values the operator keeps
+# (int64, int64, float32), alive together at the build's peak.
+SETUP_BYTES_PER_ENTRY = 6 * INDEX + FLOAT + 2 * INDEX + FLOAT
+
+
+@dataclass(frozen=True)
+class TypedShape:
+    """The counts of one typed part that its memory depends on."""
+
+    owned: int
+    halo: int
+    target: int                 # the target type's owned rows (the last layer's output rows)
+    train: int                  # training rows (the loss's)
+    sent: int                   # rows sent to peers, every type
+    sent_featureless: int       # of which rows of featureless types (embedding rows, every step)
+    owned_per_type: tuple       # in the partition's node type order
+    halo_per_type: tuple
+    widths: tuple               # feature width per type (0: featureless, an embedding table)
+    relations: tuple            # per relation: (entries, nodes reached, distinct sources, ends at the target)
+    file_bytes: int             # the part file's arrays as loaded
+
+
+def typed_shape(arrays: dict, meta) -> TypedShape:
+    """The counts of a typed part from its arrays (a loaded part's, or a part file's)."""
+    hetero = meta.hetero
+    types = list(hetero["node_types"])
+    offsets = type_offsets(hetero)
+    node_ids, halo_ids = arrays["node_ids"], arrays["halo_ids"]
+    n, h = len(node_ids), len(halo_ids)
+    owned_type = np.searchsorted(offsets, node_ids, side="right") - 1
+    halo_type = np.searchsorted(offsets, halo_ids, side="right") - 1
+    widths = tuple(int(hetero["feature_widths"][t] or 0) for t in types)
+    featureless = np.array([w == 0 for w in widths])
+    indptr, indices = arrays["indptr"], arrays["indices"]
+    edge_type = arrays["edge_type"].astype(np.int64)
+    destination = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    num_relations = len(hetero["relations"])
+    reached = np.bincount(np.unique(edge_type * max(n, 1) + destination) // max(n, 1), minlength=num_relations)
+    sources = np.bincount(np.unique(edge_type * max(n + h, 1) + indices) // max(n + h, 1), minlength=num_relations)
+    entries = np.bincount(edge_type, minlength=num_relations)
+    target = hetero["target"]
+    send = arrays["send_idx"]
+    return TypedShape(
+        owned=n, halo=h, target=int((owned_type == types.index(target)).sum()),
+        train=int(arrays["train_mask"].sum()), sent=len(send),
+        sent_featureless=int(featureless[owned_type[send]].sum()) if len(send) else 0,
+        owned_per_type=tuple(np.bincount(owned_type, minlength=len(types)).tolist()),
+        halo_per_type=tuple(np.bincount(halo_type, minlength=len(types)).tolist()), widths=widths,
+        relations=tuple((int(e), int(a), int(s), relation[2] == target)
+                        for e, a, s, relation in zip(entries, reached, sources, hetero["relations"])),
+        file_bytes=int(sum(value.nbytes for value in arrays.values() if isinstance(value, np.ndarray))))
+
+
+def _form_bytes(rows: int, cols: int, entries: int) -> int:
+    """A relation form: CSR matrix and its transpose, int32 indices and float32 values."""
+    return 2 * entries * (CSR_INDEX + FLOAT) + (rows + cols + 2) * CSR_INDEX
+
+
+def _orders(shape: TypedShape, config: PlanConfig, num_classes: int) -> list[dict]:
+    """Per layer: {relation: "aggregate" | "transform"} for the relations it computes (the last layer: those into
+    the target type), as the layers decide."""
+    model = config.model
+    layers = []
+    for k, (i, o, _) in enumerate(model.layers(model.hidden, num_classes)):
+        last = k == model.num_layers - 1
+        layers.append({r: relation_order(a, s, e, i, o) for r, (e, a, s, into_target) in enumerate(shape.relations)
+                       if e and (into_target or not last)})
+    return layers
+
+
+def plan_typed_phases(shape: TypedShape, config: PlanConfig, num_classes: int) -> dict[str, MemoryPlan]:
+    """Predicted peak resident bytes of the rank that trains this typed part, per phase (setup, train, eval)."""
+    model = config.model
+    H, C, L = model.hidden, num_classes, model.num_layers
+    n, h, t, S = shape.owned, shape.halo, shape.target, shape.sent
+    relations = shape.relations
+    entries = sum(e for e, _, _, _ in relations)
+    orders = _orders(shape, config, num_classes)
+    featured = [k for k, w in enumerate(shape.widths) if w]
+    featureless_owned = sum(c for c, w in zip(shape.owned_per_type, shape.widths) if not w)
+    featureless_halo = sum(c for c, w in zip(shape.halo_per_type, shape.widths) if not w)
+    widths = model.layers(H, num_classes)
+    replicated = sum(shape.widths[k] * H + H for k in featured) + sum(
+        (model.num_bases * i * o + len(relations) * model.num_bases if model.num_bases else len(relations) * i * o)
+        + i * o + o for i, o, _ in widths)
+    reweights = S > 0 and any(s.reweights_rows for s in parse_schedule(config.schedule).per_layer(max(L - 1, 1)))
+
+    forms = 0  # every form the layers use, built once and shared (RelationOperator)
+    built = set()
+    for k, order in enumerate(orders):
+        aggregated = tuple(r for r, how in order.items() if how == "aggregate")
+        if aggregated and aggregated not in built:
+            built.add(aggregated)
+            forms += _form_bytes(sum(relations[r][1] for r in aggregated), n + h,
+                                 sum(relations[r][0] for r in aggregated))
+        for r in (r for r, how in order.items() if how == "transform"):
+            if r not in built:
+                built.add(r)
+                forms += _form_bytes(relations[r][1], relations[r][2], relations[r][0]) + relations[r][2] * INDEX
+    if reweights:
+        forms += _form_bytes(sum(a for _, a, _, _ in relations), n + h, entries)
+    reached = sum(a for _, a, _, _ in relations)
+
+    persistent = {
+        "process": PROCESS_BYTES,
+        # node ids (part, graph, the stack's columns), labels, masks, the typed rows' positions and orders, the
+        # halo plans (the layers', the embedding rows', each featured type's)
+        "ids, labels, plan": n * (6 * INDEX + 6) + h * 8 * INDEX + S * 6 * INDEX + t * (INDEX + 3),
+        "typed input features": sum(shape.widths[k] * (shape.owned_per_type[k] + shape.halo_per_type[k]) * FLOAT
+                                    for k in featured),
+        "relation forms": forms + reached * INDEX,
+        # replicated: the values, their gradients, the flat allreduce buffer and Adam's two moments; the embedding
+        # shards (this rank's rows only): the values, their gradients and Adam's moments
+        "parameters, Adam": replicated * FLOAT * 5 + featureless_owned * H * FLOAT * 4,
+    }
+
+    phases = {"setup": _setup(shape, persistent, entries, forms)}
+    for phase, training in (("train", True), ("eval", False)):
+        live = Liveness(persistent)
+        _inputs(live, shape, H, featureless_halo)
+        _layers(live, shape, config, orders, widths, training, C)
+        phases[phase] = MemoryPlan(live.peak, phase, live.at_peak)
+    return phases
+
+
+def plan_typed(shape: TypedShape, config: PlanConfig, num_classes: int) -> MemoryPlan:
+    """The largest of the phases' peaks."""
+    return max(plan_typed_phases(shape, config, num_classes).values(), key=lambda plan: plan.peak)
+
+
+def _setup(shape: TypedShape, persistent: dict, entries: int, forms: int) -> MemoryPlan:
+    """The part file as loaded, then the relation operator's build, then its forms beside the entries."""
+    live = Liveness({"process": PROCESS_BYTES, "part file": shape.file_bytes})
+    live.alloc("operator build", entries * SETUP_BYTES_PER_ENTRY)
+    live.free("operator build")
+    # the entries the forms are built from (rows, columns, values) and each relation's source positions
+    live.alloc("relation entries", entries * (2 * INDEX + FLOAT + INDEX))
+    live.alloc("relation forms", forms)
+    return MemoryPlan(live.peak, "setup", live.at_peak)
+
+
+def _inputs(live: Liveness, shape: TypedShape, H: int, featureless_halo: int) -> None:
+    """gnn_dist.hetero.inputs.TypedInputs.forward: each type's rows, joined and ordered per side, then [owned | halo]."""
+    n, h = shape.owned, shape.halo
+    live.alloc("inputs: pieces", n * H * FLOAT)        # each type's owned rows (the Linears' outputs, the shards)
+    live.alloc("inputs: joined", n * H * FLOAT)
+    live.free("inputs: pieces")
+    live.alloc("inputs: owned", n * H * FLOAT)         # in the part's order
+    live.free("inputs: joined")
+    # the embedding rows' exact exchange returns [owned | featureless halo] (sliced) and sends its rows
+    live.alloc("inputs: embedding exchange", (n + featureless_halo + shape.sent_featureless) * H * FLOAT)
+    live.alloc("inputs: halo", 2 * h * H * FLOAT)      # the halo's pieces joined, then in order
+    live.free("inputs: embedding exchange")
+    live.alloc("layer input", (n + h) * H * FLOAT)     # [owned | halo]
+    live.free("inputs: owned", "inputs: halo")
+
+
+def _layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[dict], widths, training: bool,
+            C: int) -> None:
+    """The layers' forward, the loss and the backward (training), or the forward alone (evaluation)."""
+    n, h, t = shape.owned, shape.halo, shape.target
+    relations = shape.relations
+    p = config.model.dropout
+    L = len(orders)
+    saved = []
+    for k, ((i, o, _), order) in enumerate(zip(widths, orders)):
+        last = k == L - 1
+        rows = t if last else n
+        if k == 0:
+            if training and p > 0:  # layer 0's dropout makes a new [owned | halo]; its input is then free
+                live.alloc("layer 0 dropped input", (n + h) * i * FLOAT)
+                live.free("layer input")
+                live.rename("layer 0 dropped input", "layer input")
+        else:
+            # the exchange: [owned | halo] rows (kept for the root term's backward) and the rows sent
+            live.alloc(f"layer {k} [owned | halo]", (n + h) * i * FLOAT)
+            live.alloc("send buffer", shape.sent * i * FLOAT)
+            live.free("send buffer", "layer input")
+            live.rename(f"layer {k} [owned | halo]", "layer input")
+        if last:
+            live.alloc(f"layer {k} target rows", t * i * FLOAT)  # the root term's input rows
+        aggregated = sum(relations[r][1] for r, how in order.items() if how == "aggregate")
+        gathered = sum(relations[r][2] for r, how in order.items() if how == "transform")
+        live.alloc(f"layer {k} aggregated and gathered rows", (aggregated + gathered) * i * FLOAT)
+        live.alloc(f"layer {k} output", rows * o * FLOAT)
+        largest = max((relations[r][1] + (relations[r][2] if how == "transform" else 0) for r, how in order.items()),
+                      default=0)
+        live.alloc("relation temporaries", 2 * largest * o * FLOAT)  # a block times its weight, its mean
+        live.free("relation temporaries")
+        if training:
+            saved.append(k)
+            live.rename("layer input", f"layer {k} kept input")  # the root term keeps its [owned | halo] rows
+        else:
+            live.free("layer input", f"layer {k} aggregated and gathered rows", f"layer {k} target rows")
+        live.rename(f"layer {k} output", "layer input")
+    if not training:
+        return
+    # the loss over the training rows: their logits and log-softmax, then its gradient and the logits' gradient
+    live.alloc("loss", 2 * shape.train * C * FLOAT)
+    live.alloc("loss gradient", (shape.train + t) * C * FLOAT)
+    live.free("loss", "layer input")
+    for k in reversed(range(L)):
+        (i, o, _), order = widths[k], orders[k]
+        largest = max((relations[r][1] + (relations[r][2] if how == "transform" else 0) for r, how in order.items()),
+                      default=0)
+        # per relation: the output gradient's rows and their product with the weight; then the gradients of the
+        # aggregated rows, and of [owned | halo] (the sparse product's and the root term's, summed)
+        live.alloc("relation gradients", largest * (o + i) * FLOAT)
+        live.free("relation gradients")
+        live.alloc(f"layer {k} input gradient", 2 * (n + h) * i * FLOAT)
+        live.free("loss gradient", f"layer {k} kept input", f"layer {k} aggregated and gathered rows",
+                  f"layer {k} target rows", f"layer {k} output gradient")
+        live.alloc(f"layer {k - 1} output gradient", n * i * FLOAT)  # after the exchange's backward
+        live.free(f"layer {k} input gradient")
