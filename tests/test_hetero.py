@@ -427,6 +427,73 @@ def test_a_typed_run_stopped_at_p2_resumes_at_p4_and_p2_on_the_uninterrupted_cur
             assert abs(a - b) <= 1e-5 * abs(a), (p, epoch, a, b)
 
 
+def _storage_bytes(tensor: torch.Tensor) -> int:
+    if tensor.layout == torch.sparse_csr:
+        return sum(_storage_bytes(t) for t in (tensor.crow_indices(), tensor.col_indices(), tensor.values()))
+    return tensor.untyped_storage().nbytes()
+
+
+@pytest.mark.parametrize("num_parts", [1, 4])
+def test_the_typed_plan_counts_the_forms_and_shards_the_layers_build(typed_parts, num_parts):
+    """The plan's relation forms and embedding shards against what set-up built (each CSR tensor's storage, each
+    shard's rows), and its layer orders against the layers' own choices; each form counted once, whichever
+    layers share it."""
+    from gnn_dist.plan.options import PlanConfig
+    from gnn_dist.plan.typed import _orders, plan_typed_phases, typed_shape
+
+    model = ModelConfig(model="rgcn", hidden=8, num_layers=3, dropout=0.5)
+    config = TrainConfig(parts=str(typed_parts[num_parts]), epochs=0, progress=False, model=model)
+
+    def rank_fn(comm):
+        state = setup(RankContext(comm), config)
+        operator = state.model.convs[0].operator
+        forms = [f for f in operator._stacked.values()] + [f for f, _ in operator._gathered.values()]
+        built = sum(_storage_bytes(f.matrix) + _storage_bytes(f.transpose) for f in forms)
+        built += sum(_storage_bytes(sources) for _, sources in operator._gathered.values())
+        built += _storage_bytes(operator.nodes)
+        shard_rows = sum(p.shape[0] for p in state.model.sharded_parameters())
+        orders = [{r: how for how, rs in conv._plan().items() for r in rs} for conv in state.model.convs]
+        part = load_part(typed_parts[num_parts], comm.rank)
+        return built, shard_rows, orders, typed_shape(part.arrays, part.meta), part.meta.num_classes
+
+    for built, shard_rows, orders, shape, num_classes in run_fake_ranks(num_parts, rank_fn):
+        plan = plan_typed_phases(shape, PlanConfig(model=model), num_classes)["train"]
+        assert plan.parts["relation forms"] == built
+        assert _orders(shape, PlanConfig(model=model), num_classes) == orders
+        relations = len(shape.relations)  # writes, cites (made symmetric in place), has, rev_writes, rev_has
+        assert relations == 5
+        # the Linears of paper (8 features) and author (5); per layer R relation weights, the root and the bias
+        replicated = (8 * 8 + 8) + (5 * 8 + 8) + 2 * (relations * 8 * 8 + 8 * 8 + 8) + (relations * 8 * 4 + 8 * 4 + 4)
+        assert plan.parts["parameters, Adam"] == replicated * 4 * 5 + shard_rows * 8 * 4 * 4
+
+
+@pytest.mark.mpi
+def test_train_refuses_a_typed_job_over_its_memory_limit_and_records_the_plan(typed_parts, tmp_path):
+    from gnn_dist.partition.format import load_meta, part_file_name
+    from gnn_dist.plan.options import PlanConfig
+    from gnn_dist.plan.typed import plan_typed, typed_shape
+
+    metrics = tmp_path / "m.jsonl"
+    common = ["train", "--parts", str(typed_parts[2]), "--model", "rgcn", "--hidden", "16", "--no-progress",
+              "--metrics-out", str(metrics)]
+    done = run_mpi(2, *common, "--epochs", "2", "--memory-limit", "100M")
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert done.returncode != 0 and len(errors) == 1 and "over --memory-limit 0.10 GiB" in errors[0], done.stderr
+    assert not metrics.exists()
+    done = run_mpi(2, *common, "--epochs", "1", "--memory-limit", "4G")
+    assert done.returncode == 0, done.stderr
+    final = json.loads(metrics.read_text().splitlines()[-1])
+    meta = load_meta(typed_parts[2])
+    planned = []
+    for k in range(2):
+        with np.load(typed_parts[2] / part_file_name(k)) as archive:
+            shape = typed_shape({name: archive[name] for name in archive.files}, meta)
+        planned.append(plan_typed(shape, PlanConfig(model=ModelConfig(model="rgcn", hidden=16)), 4).peak)
+    assert final["planned_peak_rss_bytes_per_rank"] == planned
+    report = json.loads(run_cli("inspect", str(typed_parts[2]), "--json", "--model", "rgcn", "--hidden", "16").stdout)
+    assert report["memory_plan"]["predicted_peak_rss_bytes_per_rank"] == planned
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--model", "gcn"], "train it with --model rgcn"),
     (["--model", "rgcn", "--mode", "sampled", "--fanouts", "5,5"], "--mode full"),

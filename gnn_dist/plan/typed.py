@@ -116,7 +116,7 @@ def plan_typed_phases(shape: TypedShape, config: PlanConfig, num_classes: int) -
 
     forms = 0  # every form the layers use, built once and shared (RelationOperator)
     built = set()
-    for k, order in enumerate(orders):
+    for order in orders:
         aggregated = tuple(r for r, how in order.items() if how == "aggregate")
         if aggregated and aggregated not in built:
             built.add(aggregated)

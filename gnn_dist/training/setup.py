@@ -41,9 +41,9 @@ from gnn_dist.partition.format import load_meta, load_part, part_shape
 from gnn_dist.partition_report import edge_imbalance_warning
 from gnn_dist.plan.host import plan_host
 from gnn_dist.plan.memory import plan_config_of, plan_part
+from gnn_dist.plan.typed import plan_typed, typed_shape
 from gnn_dist.resilience.checkpoint import graph_identity, load_checkpoint
 from gnn_dist.resilience.watchdog import NoWatchdog, Watchdog
-from gnn_dist.plan.typed import plan_typed, typed_shape
 from gnn_dist.schedules import parse_schedule, schedule_for_model
 from gnn_dist.steps.flat import pack_into, unpack_from
 from gnn_dist.steps.gradients import flat_buffer, replicated_parameters
