@@ -204,7 +204,8 @@ def summarize(args, configs: list[tuple[str, str]], raw: list[dict], out: Path) 
           f"{r['delta_points']:+.2f}", f"{r['worst_seed_points']:+.2f}", r["guard_epochs"], r["guard_would_fire"],
           r["target"]]
          for r in summary])
-    text = (f"{args.num_layers}-layer GCN, hidden {args.hidden}, {args.epochs} epochs, seeds {args.seeds} "
+    text = (f"{args.num_layers}-layer {args.model.upper()}, hidden {args.hidden}, {args.epochs} epochs, "
+            f"seeds {args.seeds} "
             f"(means; ratios per seed against exact); {machine()['cpu']}\n\n{table}\n")
     (out / "schedules.md").write_text(text)
     plot(summary, out / "accuracy_vs_bytes.png")
