@@ -75,6 +75,9 @@ def embed(ctx: RankContext, config: EmbedConfig) -> dict:
         meta = load_meta(config.parts)
         ctx.check_num_parts(meta.num_parts, config.parts)
         fields, weights, manifest = trained_model(config.checkpoint_dir)
+        if getattr(model_class(fields["model"]), "typed", False):
+            raise SetupError(f"{config.checkpoint_dir} holds a typed graph's --model {fields['model']}, whose "
+                             f"embeddings embed does not write yet: resume training from it with --resume")
         model = ModelConfig(**fields)
         model.validate()
         layer = resolve_layer(config.layer, model.num_layers)

@@ -85,6 +85,10 @@ def export(checkpoint_dir: str, out: str) -> dict:
     from gnn_dist.resilience.checkpoint import encoder_weights, trained_model
 
     fields, all_weights, manifest = trained_model(checkpoint_dir)
+    if getattr(model_class(fields["model"]), "typed", False):
+        # its embedding tables live in the ranks' shards, and its input is a HeteroData, not (x, edge_index)
+        raise SetupError(f"{checkpoint_dir} holds a typed graph's --model {fields['model']}, which export does not "
+                         f"write yet: resume training from it with --resume, or export a homogeneous model")
     weights = encoder_weights(all_weights)
     config = ModelConfig(**fields)
     config.validate()
