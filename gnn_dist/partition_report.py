@@ -185,6 +185,10 @@ def _typed(directory, meta, model, schedule: str, halo_dtype: str, memory: PlanC
             "peak_phase_per_rank": [plan.phase for plan in plans],
             "breakdown_of_largest": {name: value for name, value in max(plans, key=lambda p: p.peak).parts.items()
                                      if value},
+            # each featureless type's embedding rows per rank (its owned nodes: the shard it holds and steps)
+            "embedding_shard_rows_per_rank": {
+                t: [p["owned_per_type"][t] for p in typed["typed_parts"]]
+                for t in typed["node_types"] if not typed["feature_widths"][t]},
         },
         "parts": [{"part": k, "owned": p.owned, "halo": p.halo, "local_edges": p.local_edges,
                    "cut_edges": p.cut_edges, "train": p.train} for k, p in enumerate(meta.parts)],

@@ -76,8 +76,17 @@ def format_typed_report(report: dict) -> list[str]:
     plan = report["memory_plan"]
     per_rank = ", ".join(f"{v / 2**30:.2f}" for v in plan["predicted_peak_rss_bytes_per_rank"])
     largest = sorted(plan["breakdown_of_largest"].items(), key=lambda kv: -kv[1])[:6]
+    shards = "; ".join(f"{t} {' / '.join(f'{rows:,}' for rows in per_rank_rows)} of {typed_total(report, t):,}"
+                       for t, per_rank_rows in plan["embedding_shard_rows_per_rank"].items())
     lines.append(f"  peak memory         {plan['predicted_peak_rss_bytes'] / 2**30:.2f} GiB per rank at most "
-                 f"(predicted; per rank {per_rank} GiB); no rank holds a whole embedding table")
+                 f"(predicted; per rank {per_rank} GiB)")
     lines.append("                      largest rank at its peak: "
                  + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in largest))
+    if shards:
+        lines.append(f"  embedding shards    rows per rank: {shards} (no rank holds a whole table)")
     return lines
+
+
+def typed_total(report: dict, node_type: str) -> int:
+    """Nodes of one type over the whole graph."""
+    return sum(p["owned_per_type"][node_type] for p in report["typed"]["typed_parts"])
