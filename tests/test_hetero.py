@@ -500,6 +500,9 @@ def test_train_refuses_a_typed_job_over_its_memory_limit_and_records_the_plan(ty
     assert final["planned_peak_rss_bytes_per_rank"] == planned
     report = json.loads(run_cli("inspect", str(typed_parts[2]), "--json", "--model", "rgcn", "--hidden", "16").stdout)
     assert report["memory_plan"]["predicted_peak_rss_bytes_per_rank"] == planned
+    # the only featureless type's rows, per rank: the nodes each owns, every node once, no rank all of them
+    shards = report["memory_plan"]["embedding_shard_rows_per_rank"]
+    assert list(shards) == ["field"] and sum(shards["field"]) == 10 and max(shards["field"]) < 10
 
 
 @pytest.mark.parametrize("flags, message", [
