@@ -83,7 +83,8 @@ def format_typed_report(report: dict) -> list[str]:
     lines.append("                      largest rank at its peak: "
                  + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in largest))
     if shards:
-        lines.append(f"  embedding shards    rows per rank: {shards} (no rank holds a whole table)")
+        whole = "one rank: the whole tables" if len(typed["typed_parts"]) == 1 else "no rank holds a whole table"
+        lines.append(f"  embedding shards    rows per rank: {shards} ({whole})")
     return lines
 
 
