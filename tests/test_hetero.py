@@ -435,6 +435,27 @@ def test_a_typed_run_stopped_at_p2_resumes_at_p4_and_p2_on_the_uninterrupted_cur
     assert not out.exists()
 
 
+@pytest.mark.mpi
+def test_supervise_heals_a_typed_run_onto_the_uninterrupted_curve(typed_parts, tmp_path):
+    """Rank 1 is killed at epoch 5 of the first attempt; supervise restarts the job from its epoch-4 checkpoint
+    (each rank's embedding rows from its own file) and every epoch's loss is the uninterrupted run's."""
+    from tests.test_supervise import supervise, train_command
+
+    common = ["--model", "rgcn", "--hidden", "16", "--epochs", "8", "--dropout", "0.5", "--no-progress"]
+    whole = tmp_path / "whole.jsonl"
+    assert run_mpi(2, "train", "--parts", str(typed_parts[2]), *common, "--metrics-out", str(whole)).returncode == 0
+    healed = tmp_path / "healed.jsonl"
+    command = train_command(2, typed_parts[2], *common, "--checkpoint-dir", str(tmp_path / "ckpt"),
+                            "--checkpoint-every", "4", "--metrics-out", str(healed))
+    done = supervise("--max-restarts", "1", "--backoff", "0", "--", *command, env={"GNN_DIST_FAIL_AT": "1:5:kill@0"})
+    assert done.returncode == 0, done.stderr
+    assert "resuming from epoch 4" in done.stderr
+    final = json.loads(healed.read_text().splitlines()[-1])
+    assert final["restarts"] == 1 and final["resumed_from_epoch"] == 4
+    for a, b in zip(typed_losses_of(whole), typed_losses_of(healed), strict=True):
+        assert abs(a - b) <= 1e-5 * abs(a)
+
+
 def _storage_bytes(tensor: torch.Tensor) -> int:
     if tensor.layout == torch.sparse_csr:
         return sum(_storage_bytes(t) for t in (tensor.crow_indices(), tensor.col_indices(), tensor.values()))
