@@ -47,8 +47,10 @@ def replicated_state(model, optimizer) -> tuple[dict, dict]:
 
 def own_rows(model, optimizer) -> dict:
     """This rank's part of a checkpoint: per shard, its rows' ids, the rows and their optimiser state."""
-    return {name: {"ids": torch.from_numpy(np.asarray(ids, dtype=np.int64)), "rows": p.detach(),
-                   "optimizer": dict(optimizer.state.get(p, {}))}
+    def host_ids(ids) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(ids, dtype=np.int64))  # host: a checkpoint's, written from the host
+
+    return {name: {"ids": host_ids(ids), "rows": p.detach(), "optimizer": dict(optimizer.state.get(p, {}))}
             for name, (p, ids) in sharded_rows(model).items()}
 
 
@@ -97,10 +99,11 @@ class _Reshard:
         old_ids = held["ids"].numpy()
         position = np.searchsorted(self.sorted_ids, old_ids).clip(max=max(len(self.sorted_ids) - 1, 0))
         mine = (self.sorted_ids[position] == old_ids) if len(self.sorted_ids) else np.zeros(len(old_ids), bool)
-        target = torch.from_numpy(self.order[position[mine]])
-        source = torch.from_numpy(np.flatnonzero(mine))
+        found = self.order[position[mine]]
+        target = torch.from_numpy(found).to(self.rows.device)
+        source = torch.from_numpy(np.flatnonzero(mine))  # host: indexes the checkpoint's rows, read on the host
         self.rows[target] = held["rows"][source].to(self.rows)
-        self.found[target.numpy()] = True
+        self.found[found] = True
         for key, value in held["optimizer"].items():
             if value.dim() >= 1 and value.shape[0] == len(old_ids):
                 if self.moments is None:
