@@ -89,6 +89,13 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__}
 
 
+def write_report(out: Path, stem: str, text: str, args, runs: list) -> None:
+    """A benchmark's table as OUT/STEM.md and its runs as OUT/STEM.json (with the machine and the options)."""
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.json").write_text(json.dumps({"machine": machine(), "config": vars(args), "runs": runs},
+                                                 indent=1))
+
+
 def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

@@ -14,10 +14,9 @@ beforehand (ogbn-mag-sized ones take minutes: never partition beside a training 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from gnn_dist.benchmarks.common import machine, markdown_table, partition, run_train
+from gnn_dist.benchmarks.common import markdown_table, partition, run_train, write_report
 from gnn_dist.partition.format import load_meta
 
 
@@ -64,9 +63,7 @@ def main() -> None:
     text = (f"# Typed graphs: peak RSS per rank and the plan\n\nR-GCN hidden {args.hidden}, 2 layers, dropout 0.5, "
             f"{args.epochs} epochs, exact. Worst |measured / planned - 1|: {worst:.3f} (target 0.15: "
             f"{'met' if worst <= 0.15 else 'NOT met'}).\n\n{table}\n")
-    (out / "hetero-memory.md").write_text(text)
-    (out / "hetero-memory.json").write_text(json.dumps({"machine": machine(), "config": vars(args), "runs": raw},
-                                                       indent=1))
+    write_report(out, "hetero-memory", text, args, raw)
     print(text)
 
 

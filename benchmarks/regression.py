@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gnn_dist.benchmarks.common import machine, markdown_table, mpiexec
+from gnn_dist.benchmarks.common import machine, markdown_table, mpiexec, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,9 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     text = (f"{args.dataset}, 3 layers, hidden {args.hidden} (GAT: 4 heads of {max(1, args.hidden // 4)}), "
             f"{args.epochs} epochs, median of {args.rounds} rounds; before = {args.before}, after = the working "
             f"tree; {machine()['cpu']}, {machine()['cores']} cores\n\n{table}\n")
-    (out / "regression.md").write_text(text)
-    (out / "regression.json").write_text(json.dumps({"machine": machine(), "config": vars(args), "runs": raw},
-                                                    indent=1))
+    write_report(out, "regression", text, args, raw)
     print(text)
     return 0
 

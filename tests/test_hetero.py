@@ -340,19 +340,12 @@ def test_bns_renormalises_each_relations_mean_over_the_sources_it_keeps(typed_pa
 
 
 def typed_losses(directory: Path, spec: str, halo_dtype: str = "fp32", epochs: int = 30) -> list[float]:
+    from tests.test_schedules import train_losses
+
     config = TrainConfig(parts=str(directory), schedule=spec, halo_dtype=halo_dtype, schedule_guard="off",
                          progress=False, seed=3, model=ModelConfig(model="rgcn", hidden=16, num_layers=3,
                                                                    dropout=0.5))
-
-    def rank_fn(comm):
-        state = setup(RankContext(comm), config)
-        losses = [state.mode.train_epoch(epoch)["loss"] for epoch in range(epochs)]
-        state.exchanger.drain()
-        return losses
-
-    losses = run_fake_ranks(2, rank_fn)
-    assert losses[0] == losses[1]
-    return losses[0]
+    return train_losses(directory, spec, epochs, config)
 
 
 @pytest.mark.parametrize("spec, halo_dtype", [("stale:3", "fp32"), ("pipeline", "fp32"), ("bns:0.5", "fp32"),
