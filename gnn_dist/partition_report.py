@@ -9,12 +9,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-import numpy as np
-
 from gnn_dist.config import LinkConfig, ModelConfig
 from gnn_dist.hetero.report import format_typed_report, typed_report
 from gnn_dist.memory.host import readable_bytes
-from gnn_dist.partition.format import load_meta, part_file_name, part_shapes, verify_part_file
+from gnn_dist.partition.format import load_meta, part_shapes, verify_part_file
 from gnn_dist.plan.host import plan_host
 from gnn_dist.plan.memory import PlanConfig, plan_part
 from gnn_dist.plan.traffic import exchanged_widths, predicted_halo_bytes_per_epoch
@@ -160,15 +158,12 @@ def _typed(directory, meta, model, schedule: str, halo_dtype: str, memory: PlanC
     (each later layer exchanges --hidden columns; layer 0 exchanges none through the schedule)."""
     owned = [p.owned for p in meta.parts]
     total_halo = sum(p.halo for p in meta.parts)
-    typed = typed_report(directory, meta, model)
+    plan_config = dataclasses.replace(memory or PlanConfig(model=model), model=model, schedule=schedule)
+    typed = typed_report(directory, meta, model,
+                         each_part=lambda arrays: plan_typed(typed_shape(arrays, meta), plan_config, meta.num_classes))
+    plans = typed.pop("each_part")
     hidden_layers = predicted_halo_bytes_per_epoch(total_halo, model, model.hidden, meta.num_classes, halo_dtype,
                                                    schedule, meta.num_parts)
-    plan_config = dataclasses.replace(memory or PlanConfig(model=model), model=model, schedule=schedule)
-    plans = []
-    for k in range(meta.num_parts):
-        with np.load(directory / part_file_name(k), allow_pickle=False) as archive:
-            plans.append(plan_typed(typed_shape({name: archive[name] for name in archive.files}, meta), plan_config,
-                                    meta.num_classes))
     return {
         "directory": str(directory), "dataset": meta.dataset, "method": meta.method, "seed": meta.seed,
         "num_nodes": meta.num_nodes, "num_edges": meta.num_edges, "num_parts": meta.num_parts,

@@ -18,15 +18,20 @@ from gnn_dist.partition.format import PartitionMeta, part_file_name, type_offset
 FP32_BYTES = 4
 
 
-def typed_report(directory: Path, meta: PartitionMeta, model) -> dict:
-    """The typed part of inspect's report, reading each part's ids and relations (small arrays only)."""
+def typed_report(directory: Path, meta: PartitionMeta, model, each_part=None) -> dict:
+    """The typed part of inspect's report, reading each part file once. each_part(arrays), when given, is called
+    with every part's arrays in that one pass (inspect's memory plan takes its counts there); its results are
+    the report's "each_part"."""
     hetero = meta.hetero
     types, relations = hetero["node_types"], [tuple(r) for r in hetero["relations"]]
     offsets = type_offsets(hetero)
     featureless = np.array([not hetero["feature_widths"][t] for t in types])
-    parts = []
+    parts, extra = [], []
     for k in range(meta.num_parts):
-        with np.load(directory / part_file_name(k), allow_pickle=False) as arrays:
+        with np.load(directory / part_file_name(k), allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files} if each_part is not None else archive
+            if each_part is not None:
+                extra.append(each_part(arrays))
             owned_type = np.searchsorted(offsets, arrays["node_ids"], side="right") - 1
             halo_type = np.searchsorted(offsets, arrays["halo_ids"], side="right") - 1
             cut = arrays["indices"] >= arrays["node_ids"].shape[0]
@@ -38,7 +43,6 @@ def typed_report(directory: Path, meta: PartitionMeta, model) -> dict:
                 "edges_per_relation": np.bincount(edge_type, minlength=len(relations)).tolist(),
                 "cut_per_relation": np.bincount(edge_type[cut], minlength=len(relations)).tolist(),
             })
-    halo_rows = sum(sum(p["halo_per_type"].values()) for p in parts)
     embedding_rows = sum(p["halo_per_type"][t] for p in parts for t, f in zip(types, featureless) if f)
     embedding_bytes = 2 * FP32_BYTES * model.hidden * embedding_rows
     return {
@@ -52,7 +56,7 @@ def typed_report(directory: Path, meta: PartitionMeta, model) -> dict:
         "embedding_halo_rows": embedding_rows,
         "typed_parts": parts,
         "embedding_halo_bytes_per_epoch": embedding_bytes,
-        "halo_rows": halo_rows,
+        "each_part": extra,
     }
 
 
