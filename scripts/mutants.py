@@ -242,7 +242,7 @@ MUTANTS = [
            "        found = np.flatnonzero(mine)[:len(self.order)]\n",
            ("tests/test_hetero.py::test_a_typed_run_stopped_at_p2_resumes_at_p4_and_p2_on_the_uninterrupted_curve",)),
     Mutant("hetero: a relation's added rows take their gradient from the output's first rows, not theirs",
-           "gnn_dist/models/rgcn.py", "        return grad, None, grad.index_select(0, index)\n",
+           "gnn_dist/models/relational.py", "        return grad, None, grad.index_select(0, index)\n",
            "        return grad, None, grad[:len(index)]\n",
            ("tests/test_hetero.py::test_rgcn_logits_loss_and_gradients_equal_pyg_at_any_p[16-2-0-2-chosen]",)),
     Mutant("plan: a typed relation form shared by two layers is counted twice",

@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 from gnn_dist.kernels.spmm import spmm
-from gnn_dist.models.base import DistConv
 from gnn_dist.models.registry import register_model
+from gnn_dist.models.relational import RelationConv, add_rows_
 
 
 def glorot_3d_(tensor: torch.Tensor, generator: torch.Generator | None = None) -> None:
@@ -39,10 +39,10 @@ def glorot_3d_(tensor: torch.Tensor, generator: torch.Generator | None = None) -
 
 
 @register_model
-class DistRGCNConv(DistConv):
+class DistRGCNConv(RelationConv):
     name = "rgcn"
     needs_root = True
-    typed = True  # it runs on typed partitions only, in gnn_dist.hetero's stack
+    basis_decomposition = True  # --num-bases applies
 
     def __init__(self, in_dim, out_dim, operator, exchanger, slot, blocked=None, num_relations: int = 1,
                  num_bases: int = 0):
@@ -56,28 +56,7 @@ class DistRGCNConv(DistConv):
             self.weight = nn.Parameter(torch.empty(num_relations, in_dim, out_dim))  # host: moved with its module
         self.root = nn.Parameter(torch.empty(in_dim, out_dim))  # host: moved with its module
         self.bias = nn.Parameter(torch.zeros(out_dim))  # host: moved with its module
-        self._order: dict | None = None  # which relations aggregate first, which transform first (_plan)
-        # Set by restrict_output (the last layer of a typed stack): the owned rows this layer outputs, and
-        # per relation that reaches them, where each of its nodes sits among those rows.
-        self.output_rows: torch.Tensor | None = None
-        self._output_nodes: dict = {}
         self.reset_parameters()
-
-    def restrict_output(self, rows: torch.Tensor) -> None:
-        """Compute only these owned rows (the target type's, in the last layer): a relation into another type is
-        then not computed at all. Every relation reaches nodes of one type, so it reaches all of `rows`' type
-        or none of it."""
-        relations = self.operator
-        position = torch.full((relations.n_owned,), -1, dtype=torch.int64, device=rows.device)
-        position[rows] = torch.arange(len(rows), device=rows.device)
-        self.output_rows, self._output_nodes, self._order = rows, {}, None
-        for r in range(relations.num_relations):
-            mapped = position[relations.nodes[relations.offsets[r]:relations.offsets[r + 1]]]
-            kept = mapped >= 0
-            if bool(kept.all()) and len(mapped):
-                self._output_nodes[r] = mapped
-            elif bool(kept.any()):
-                raise ValueError(f"relation {r} reaches nodes of more than one type")
 
     @classmethod
     def layer_options(cls, config, layer: int, num_layers: int) -> dict:
@@ -166,21 +145,15 @@ class DistRGCNConv(DistConv):
                 exchanger.schedule.for_slot(self.slot).reweights_rows:
             relations.stacked(tuple(range(relations.num_relations)))
 
-    def _nodes(self, r: int) -> torch.Tensor:
-        """The output rows relation r adds into: the nodes it reaches (among the output rows when restricted)."""
-        if self.output_rows is not None:
-            return self._output_nodes[r]
-        return self.operator.nodes[self.operator.offsets[r]:self.operator.offsets[r + 1]]
-
     def _plan(self) -> dict:
         """Which relations this layer aggregates first and which it transforms first: the cheaper of
         (nodes reached x in x out + entries x in) and (sources x in x out + entries x out), decided once."""
         if self._order is None:
             order = {"aggregate": [], "transform": []}
             for r in range(self.operator.num_relations):
-                reached, sources, entries = self.operator.counts(r)
-                if entries == 0 or (self.output_rows is not None and r not in self._output_nodes):
+                if not self.computes(r):
                     continue
+                reached, sources, entries = self.operator.counts(r)
                 order[relation_order(reached, sources, entries, self.in_dim, self.out_dim)].append(r)
             self._order = {k: tuple(v) for k, v in order.items()}
         return self._order
@@ -194,29 +167,6 @@ class DistRGCNConv(DistConv):
     @staticmethod
     def pyg_parameter_names() -> dict[str, str]:
         return {"weight": "weight", "basis": "weight", "comp": "comp", "root": "root", "bias": "bias"}
-
-
-class _AddRows(torch.autograd.Function):
-    """out[index] += rows, in place, keeping only the index for the backward: torch's index_add_ keeps its
-    source as well (its gradient is shaped after it), one [nodes reached, out] tensor per relation and layer,
-    which on ogbn-mag's shape was half of a step's saved tensors."""
-
-    @staticmethod
-    def forward(ctx, out: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        out.index_add_(0, index, rows)
-        ctx.mark_dirty(out)
-        ctx.save_for_backward(index)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        (index,) = ctx.saved_tensors
-        return grad, None, grad.index_select(0, index)
-
-
-def add_rows_(out: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """out[index[i]] += rows[i] in place, differentiable in both (Shapes: out [n, F], index [m], rows [m, F])."""
-    return _AddRows.apply(out, index, rows)
 
 
 def relation_order(reached: int, sources: int, entries: int, in_dim: int, out_dim: int) -> str:
