@@ -110,7 +110,7 @@ class ModelConfig:
                              f"drop --heads")
         if self.num_bases < 0:
             raise ValueError(f"--num-bases must be 0 (no bases) or positive, got {self.num_bases}")
-        if self.num_bases and not getattr(model_class(self.model), "typed", False):
+        if self.num_bases and not getattr(model_class(self.model), "basis_decomposition", False):
             raise ValueError(f"--num-bases applies to --model rgcn, not --model {self.model}: drop --num-bases")
         if self.attn_dropout is not None and not 0.0 <= self.attn_dropout < 1.0:
             raise ValueError(f"--attn-dropout must lie in [0, 1), got {self.attn_dropout}")

@@ -520,7 +520,7 @@ def test_train_refuses_a_typed_job_over_its_memory_limit_and_records_the_plan(ty
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--model", "gcn"], "train it with --model rgcn"),
+    (["--model", "gcn"], "train it with --model rgat or rgcn"),
     (["--model", "rgcn", "--mode", "sampled", "--fanouts", "5,5"], "--mode full"),
     (["--model", "rgcn", "--halo-memory", "sequential"], "--halo-memory resident"),
     (["--model", "rgcn", "--predictions-out", "preds.npz"], "no --predictions-out"),

@@ -1,7 +1,8 @@
-"""The model of a rank on a typed graph (`TypedStack`): the typed inputs, then L R-GCN layers.
+"""The model of a rank on a typed graph (`TypedStack`): the typed inputs, then L relational layers (R-GCN or
+R-GAT: gnn_dist.models.relational).
 
     x0 = typed inputs (a Linear per featured type, an embedding row per featureless node), [owned | halo]
-    per layer k: dropout -> RGCN conv -> ReLU (none after the last)
+    per layer k: dropout -> relational conv -> ReLU (none after the last)
 
 Dropout precedes every layer, the first included, keyed by (seed, epoch, layer, the node's id): ids are
 homogeneous, unique per (type, type-local id), so paper 5 and author 5 never share a draw, and every P draws
@@ -51,13 +52,18 @@ class TypedStack(nn.Module):
         # them alike) are the target's owned rows, in the part's order
         self.output_rows = torch.from_numpy(np.flatnonzero(typed.owned_type == typed.type_index(typed.target))
                                             ).to(device)
+        ids = torch.from_numpy(part.node_ids).to(device)
+        self.node_ids = ids
+        self.column_ids = torch.cat([ids, torch.from_numpy(part.halo_ids).to(device)])
+        owned_type = torch.from_numpy(typed.owned_type).to(device)
+        destinations = [typed.type_index(relation[2]) for relation in typed.relations]
+        for conv in self.convs:
+            conv.bind_types(owned_type, destinations, len(typed.node_types))
+            conv.column_ids = self.column_ids  # keyed draws inside a layer (R-GAT's attention dropout)
         self.convs[-1].restrict_output(self.output_rows)
         for k, conv in enumerate(self.convs):
             conv.build_forms(exchanges=k > 0)
         operator.release_entries()  # every layer's forms are built: the entries they came from go
-        ids = torch.from_numpy(part.node_ids).to(device)
-        self.node_ids = ids
-        self.column_ids = torch.cat([ids, torch.from_numpy(part.halo_ids).to(device)])
         generator = torch.Generator().manual_seed(seed)
         self.inputs.reset_parameters(generator)
         for conv in self.convs:
@@ -82,6 +88,7 @@ class TypedStack(nn.Module):
         h = self.inputs()
         for k, conv in enumerate(self.convs):
             key = stream_key(self.seed, self.epoch, k)
+            conv.pass_key = key
             if k == 0:
                 h = conv(x_full=keyed_dropout(h, self.column_ids, key, p, self.training))
             else:

@@ -84,7 +84,7 @@ class DistGATConv(DistConv):
 
     def transform(self, h: torch.Tensor) -> torch.Tensor:
         """[x W | a_src]: the rows every destination aggregates. Shapes: [n, in_dim] -> [n, out_dim + heads]."""
-        return _SourceRows.apply(h, self.lin.weight, self.att_src.view(1, self.heads, self.head_width))
+        return transformed_rows(h, self.lin.weight, self.att_src.view(1, self.heads, self.head_width))
 
     def destination_scores(self, source_rows: torch.Tensor) -> torch.Tensor:
         """a_dst of rows whose [x W | a_src] are given. Shapes: [n, out_dim + heads] -> [n, heads]."""
@@ -172,6 +172,12 @@ class DistGATConv(DistConv):
         # GATConv on the block's edges: its self loops are the targets', the first sources
         return PygOnBlock(cls.pyg_conv(in_dim, out_dim, heads=heads, attn_dropout=attn_dropout),
                           lambda conv, h, n_dst, edges: conv(h, edges)[:n_dst])
+
+
+def transformed_rows(h: torch.Tensor, weight: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+    """[h W^T | <h W^T, att> per head], keeping only h for the backward (_SourceRows).
+    Shapes: h [n, in_dim], weight [heads * C, in_dim], att [1, heads, C] -> [n, heads * C + heads]"""
+    return _SourceRows.apply(h, weight, att)
 
 
 def _head_scores(x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:

@@ -108,7 +108,7 @@ _TYPED_ONLY = {"mode": ("full", "--mode full"), "halo_memory": ("resident", "--h
 
 def check_typed(config, meta) -> None:
     """ValueError when the model and the partition disagree on being typed, or a typed run asks what it lacks."""
-    from gnn_dist.models import model_class
+    from gnn_dist.models import model_class, model_names, one_of
 
     typed_model = getattr(model_class(config.model.model), "typed", False)
     if meta.hetero is None:
@@ -118,8 +118,9 @@ def check_typed(config, meta) -> None:
                              f"--model")
         return
     if not typed_model:
+        typed_models = [name for name in model_names() if getattr(model_class(name), "typed", False)]
         raise ValueError(f"{config.parts} holds a typed graph ({', '.join(meta.hetero['node_types'])}): train it with "
-                         f"--model rgcn")
+                         f"--model {one_of(typed_models)}")
     if config.task != "node":
         raise ValueError(f"--task {config.task} is not defined on a typed graph yet: use --task node")
     for name, (wanted, fix) in _TYPED_ONLY.items():
@@ -128,3 +129,24 @@ def check_typed(config, meta) -> None:
                              f"{getattr(config, name)}): use {fix}")
     if config.model.batch_norm:
         raise ValueError("a typed graph trains without --batch-norm so far: drop it")
+    if model_class(config.model.model).attention:
+        check_typed_attention(config, meta)
+
+
+def check_typed_attention(config, meta) -> None:
+    """R-GAT's limits: every type a relation starts at must be reached by one (a layer outputs only the types
+    relations reach, as PyG's HeteroConv does), and no schedule that leaves halo rows out (an attention softmax
+    over fewer sources has no renormalisation that equals a full one)."""
+    from gnn_dist.schedules import parse_schedule
+
+    relations = [tuple(r) for r in meta.hetero["relations"]]
+    reached = {dst for _, _, dst in relations}
+    unreached = sorted({src for src, _, _ in relations} - reached)
+    if unreached and config.model.num_layers > 1:
+        raise ValueError(f"--model {config.model.model}: no relation reaches type {unreached[0]!r}, so its rows end "
+                         f"after the first layer while later layers read them: partition with reverse relations "
+                         f"(drop --no-reverse-relations), or use --num-layers 1")
+    schedules = parse_schedule(config.schedule).per_layer(max(config.model.num_layers - 1, 1))
+    if meta.num_parts > 1 and any(s.reweights_rows for s in schedules):
+        raise ValueError(f"--model {config.model.model} runs with schedules that send every halo row (exact, "
+                         f"stale, pipeline), not --schedule {config.schedule}: pick one of those")
