@@ -1,4 +1,4 @@
-"""The memory plan of a typed graph's rank (R-GCN, full-batch, resident halos), predicted before the run.
+"""The memory plan of a typed graph's rank (R-GCN or R-GAT, full-batch, resident halos), predicted before the run.
 
 It walks what gnn_dist.hetero's stack allocates, as gnn_dist.plan.memory walks a homogeneous one: set-up (the
 part file and the relation operator's build), a training step (the typed inputs, each layer, the loss, the
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gnn_dist.memory.host import PROCESS_BYTES
+from gnn_dist.models import model_class
 from gnn_dist.models.rgcn import relation_order
 from gnn_dist.partition.format import type_offsets
 from gnn_dist.plan.liveness import FLOAT, INDEX, Liveness
@@ -96,11 +97,12 @@ def _orders(shape: TypedShape, config: PlanConfig, num_classes: int) -> list[dic
     """Per layer: {relation: "aggregate" | "transform"} for the relations it computes (the last layer: those into
     the target type), as the layers decide."""
     model = config.model
+    attends = model_class(model.model).attention  # R-GAT: every relation attends over its gathered form
     layers = []
     for k, (i, o, _) in enumerate(model.layers(model.hidden, num_classes)):
         last = k == model.num_layers - 1
-        layers.append({r: relation_order(a, s, e, i, o) for r, (e, a, s, into_target) in enumerate(shape.relations)
-                       if e and (into_target or not last)})
+        layers.append({r: "attend" if attends else relation_order(a, s, e, i, o)
+                       for r, (e, a, s, into_target) in enumerate(shape.relations) if e and (into_target or not last)})
     return layers
 
 
@@ -116,9 +118,9 @@ def plan_typed_phases(shape: TypedShape, config: PlanConfig, num_classes: int) -
     featureless_owned = sum(c for c, w in zip(shape.owned_per_type, shape.widths) if not w)
     featureless_halo = sum(c for c, w in zip(shape.halo_per_type, shape.widths) if not w)
     widths = model.layers(H, num_classes)
+    conv_type = model_class(model.model)
     replicated = sum(shape.widths[k] * H + H for k in featured) + sum(
-        (model.num_bases * i * o + len(relations) * model.num_bases if model.num_bases else len(relations) * i * o)
-        + i * o + o for i, o, _ in widths)
+        conv_type.parameter_count(i, o, num_relations=len(relations), **options) for i, o, options in widths)
     reweights = S > 0 and any(s.reweights_rows for s in parse_schedule(config.schedule).per_layer(max(L - 1, 1)))
 
     forms = 0  # every form the layers use, built once and shared (RelationOperator)
@@ -129,10 +131,12 @@ def plan_typed_phases(shape: TypedShape, config: PlanConfig, num_classes: int) -
             built.add(aggregated)
             forms += _form_bytes(sum(relations[r][1] for r in aggregated), n + h,
                                  sum(relations[r][0] for r in aggregated))
-        for r in (r for r, how in order.items() if how == "transform"):
+        for r in (r for r, how in order.items() if how in ("transform", "attend")):
             if r not in built:
                 built.add(r)
                 forms += _form_bytes(relations[r][1], relations[r][2], relations[r][0]) + relations[r][2] * INDEX
+                if order[r] == "attend":  # the attention kernel's transpose, kept with the form
+                    forms += (relations[r][2] + 1 + 2 * relations[r][0]) * CSR_INDEX
     if reweights:
         forms += _form_bytes(sum(a for _, a, _, _ in relations), n + h, entries)
     reached = sum(a for _, a, _, _ in relations)
@@ -154,7 +158,10 @@ def plan_typed_phases(shape: TypedShape, config: PlanConfig, num_classes: int) -
     for phase, training in (("train", True), ("eval", False)):
         live = Liveness(persistent)
         _inputs(live, shape, H, featureless_halo)
-        _layers(live, shape, config, orders, widths, training, C)
+        if conv_type.attention:
+            _attention_layers(live, shape, config, orders, widths, training, C)
+        else:
+            _layers(live, shape, config, orders, widths, training, C)
         phases[phase] = MemoryPlan(live.peak, phase, live.at_peak)
     return phases
 
@@ -189,6 +196,64 @@ def _inputs(live: Liveness, shape: TypedShape, H: int, featureless_halo: int) ->
     live.free("inputs: embedding exchange")
     live.alloc("layer input", (n + h) * H * FLOAT)     # [owned | halo]
     live.free("inputs: owned", "inputs: halo")
+
+
+def _attention_layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[dict], widths,
+                      training: bool, C: int) -> None:
+    """R-GAT's layers (gnn_dist.models.rgat), the loss and the backward. Per relation r a layer gathers its
+    sources' and its nodes' input rows (kept for the backward), transforms the sources to [x W | a_src] (kept by
+    the attention) and the nodes to their a_dst, and adds the attention's output into the layer's rows. The layer
+    input itself is kept by nobody: no root term."""
+    n, h, t = shape.owned, shape.halo, shape.target
+    relations = shape.relations
+    p = config.model.dropout
+    L = len(orders)
+    for k, ((i, o, options), order) in enumerate(zip(widths, orders)):
+        heads = options.get("heads", 1)
+        rows = t if k == L - 1 else n
+        if k == 0:
+            if training and p > 0:  # layer 0's dropout makes a new [owned | halo]; its input is then free
+                live.alloc("layer 0 dropped input", (n + h) * i * FLOAT)
+                live.free("layer input")
+                live.rename("layer 0 dropped input", "layer input")
+        else:
+            if training:  # the ReLU's output (no dropout) or dropout's packed mask (one bit an element)
+                live.alloc(f"layer {k} activation", n * i * (FLOAT if p == 0 else 1 / 8))
+            live.alloc(f"layer {k} [owned | halo]", (n + h) * i * FLOAT)
+            live.alloc("send buffer", shape.sent * i * FLOAT)
+            live.free("send buffer", "layer input")
+            live.rename(f"layer {k} [owned | halo]", "layer input")
+        kept = sum((relations[r][2] + relations[r][1]) * i + relations[r][2] * (o + heads) + 2 * relations[r][1] * heads
+                   for r in order)
+        live.alloc(f"layer {k} relation rows", kept * FLOAT)
+        live.alloc(f"layer {k} output", rows * o * FLOAT)
+        # the nodes' transformed rows (for a_dst) and the attention's output, one relation at a time
+        largest = max((relations[r][1] * (2 * o + heads) for r in order), default=0)
+        live.alloc("relation temporaries", largest * FLOAT)
+        live.free("relation temporaries", "layer input")
+        if not training:
+            live.free(f"layer {k} relation rows")
+        live.rename(f"layer {k} output", "layer input")
+    if not training:
+        return
+    live.alloc("loss", 2 * shape.train * C * FLOAT)
+    live.alloc("loss gradient", (shape.train + t) * C * FLOAT)
+    live.free("loss", "layer input")
+    for k in reversed(range(L)):
+        (i, o, options), order = widths[k], orders[k]
+        heads = options.get("heads", 1)
+        # per relation: its output rows' gradient, the attention's gradients of the sources and the nodes, the
+        # recomputed transform and the gathered rows' gradients
+        largest = max((relations[r][1] * (o + heads + i) + relations[r][2] * (3 * o + heads + i) for r in order),
+                      default=0)
+        live.alloc("relation gradients", largest * FLOAT)
+        live.free("relation gradients")
+        live.alloc(f"layer {k} input gradient", 2 * (n + h) * i * FLOAT)
+        live.free("loss gradient", f"layer {k} relation rows", f"layer {k} output gradient")
+        if k > 0:
+            live.free(f"layer {k} activation")
+        live.alloc(f"layer {k - 1} output gradient", n * i * FLOAT)  # after the exchange's backward
+        live.free(f"layer {k} input gradient")
 
 
 def _layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[dict], widths, training: bool,
