@@ -206,3 +206,41 @@ def test_rgat_refuses_a_type_no_relation_reaches(typed_npz, tmp_path):
     # the partition itself stays valid for R-GCN
     assert run_mpi(2, "train", "--parts", str(parts), "--model", "rgcn", "--epochs", "1", "--no-progress"
                    ).returncode == 0
+
+
+@pytest.mark.parametrize("num_parts", [1, 4])
+def test_the_rgat_plan_counts_the_forms_and_parameters_set_up_builds(typed_parts, num_parts):
+    """The typed plan under R-GAT: its relation forms against what set-up and the first backward built (each
+    gathered form's CSR storage and sources, and the attention kernel's transpose of it), and its replicated
+    parameters against an analytic count."""
+    from gnn_dist.kernels.attention import _transpose
+    from gnn_dist.partition.format import load_part
+    from gnn_dist.plan.options import PlanConfig
+    from gnn_dist.plan.typed import plan_typed_phases, typed_shape
+    from tests.test_hetero import _storage_bytes
+
+    model = ModelConfig(model="rgat", hidden=8, heads=2, num_layers=3, dropout=0.5)
+    config = TrainConfig(parts=str(typed_parts[num_parts]), epochs=0, progress=False, model=model)
+
+    def rank_fn(comm):
+        state = setup(RankContext(comm), config)
+        state.mode.compute_gradients(epoch=0)  # the attention's transposes are made in the first backward
+        operator = state.model.convs[0].operator
+        assert not operator._stacked  # R-GAT gathers every relation
+        built = _storage_bytes(operator.nodes)
+        for form, sources in operator._gathered.values():
+            transpose = _transpose(form)
+            built += _storage_bytes(form.matrix) + _storage_bytes(form.transpose) + _storage_bytes(sources)
+            built += sum(_storage_bytes(t) for t in (transpose.crow, transpose.row, transpose.perm))
+        part = load_part(typed_parts[num_parts], comm.rank)
+        return built, sum(p.shape[0] for p in state.model.sharded_parameters()), typed_shape(part.arrays, part.meta)
+
+    for built, shard_rows, shape in run_fake_ranks(num_parts, rank_fn):
+        plan = plan_typed_phases(shape, PlanConfig(model=model), 4)["train"]
+        assert plan.parts["relation forms"] == built
+        relations = 5
+        # per layer and relation: the weight, att_src and att_dst (heads x width = the output columns each) and the
+        # bias; widths 8 -> 2 x 8 -> 2 x 8 -> 4
+        layers = sum(relations * (i * o + 3 * o) for i, o in ((8, 16), (16, 16), (16, 4)))
+        replicated = (8 * 8 + 8) + (5 * 8 + 8) + layers
+        assert plan.parts["parameters, Adam"] == replicated * 4 * 5 + shard_rows * 8 * 4 * 4
