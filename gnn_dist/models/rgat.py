@@ -60,6 +60,7 @@ class DistRGATConv(RelationConv):
         self._row_type: torch.Tensor | None = None      # the type of each output row
         self._destination: torch.Tensor | None = None   # each relation's destination type
         self._num_types = 0
+        self._gathers: tuple | None = None  # _gather_plan's
         self.reset_parameters()
 
     @classmethod
@@ -106,33 +107,49 @@ class DistRGATConv(RelationConv):
         del x
         relations = self.operator
         out = self._type_bias().index_select(0, self._row_type)
-        for r in range(relations.num_relations):
-            if not self.computes(r):
-                continue
-            operator, sources = relations.gathered(r)
-            reached = relations.nodes[relations.offsets[r]:relations.offsets[r + 1]]
-            att_src = self.att_src[r].view(1, self.heads, self.head_width)
-            att_dst = self.att_dst[r].view(1, self.heads, self.head_width)
-            source = transformed_rows(full.index_select(0, sources), self.weight[r], att_src)
-            # a_dst alone: the rows' transform is not kept (transformed_rows keeps its input only)
-            destination = transformed_rows(full.index_select(0, reached), self.weight[r], att_dst)[:, self.out_dim:]
-            dropout = self._edge_dropout(r, reached, sources)
-            add_rows_(out, self._nodes(r), attention(operator, source, destination, self.heads, None, dropout))
+        computed, index, sizes = self._gather_plan()
+        # one gather of every relation's sources and nodes: its backward is one scatter into [owned | halo]
+        # (a gather per relation made one zeroed [owned | halo] gradient each)
+        pieces = torch.split(full.index_select(0, index), sizes)
+        del full
+        for k, r in enumerate(computed):
+            operator, _ = relations.gathered(r)
+            sources, reached = pieces[2 * k], pieces[2 * k + 1]
+            source = transformed_rows(sources, self.weight[r], self.att_src[r].view(1, self.heads, self.head_width))
+            # a_dst alone, through the weight folded with att_dst ([in, heads]): the nodes' transformed rows are
+            # never needed, only their scores
+            folded = (self.weight[r].view(self.heads, self.head_width, self.in_dim)
+                      * self.att_dst[r].view(self.heads, self.head_width, 1)).sum(1).t()
+            dropout = self._edge_dropout(r)
+            add_rows_(out, self._nodes(r), attention(operator, source, reached @ folded, self.heads, None, dropout))
         return out
 
-    def _edge_dropout(self, r: int, reached: torch.Tensor, sources: torch.Tensor) -> EdgeDropout | None:
+    def _gather_plan(self) -> tuple[tuple[int, ...], torch.Tensor, list[int]]:
+        """(the relations this layer computes, the [owned | halo] rows they read: each one's sources then its
+        nodes, in that order, the size of each piece), made once."""
+        if self._gathers is None:
+            relations, computed, pieces = self.operator, [], []
+            for r in range(relations.num_relations):
+                if self.computes(r):
+                    computed.append(r)
+                    pieces += [relations.gathered(r)[1], relations.nodes[relations.offsets[r]:relations.offsets[r + 1]]]
+            index = torch.cat(pieces) if pieces else relations.nodes[:0]
+            self._gathers = tuple(computed), index, [len(piece) for piece in pieces]
+        return self._gathers
+
+    def _edge_dropout(self, r: int) -> EdgeDropout | None:
         """Relation r's attention dropout, keyed by the endpoints' original ids, the pass and the relation."""
         if not self.training or self.attn_dropout == 0.0:
             return None
         if self.column_ids is None or self.pass_key is None:
             raise RuntimeError("R-GAT attention dropout needs the pass key and node ids (set by the typed stack)")
         key = mix32_reference(self.pass_key ^ _ATTENTION_SALT ^ ((r + 1) * _RELATION_STRIDE & 0xFFFFFFFF))
-        ids = self.column_ids
-        return EdgeDropout.keyed(ids.index_select(0, reached), ids.index_select(0, sources), self.heads, key,
-                                 self.attn_dropout)
+        relations, ids = self.operator, self.column_ids
+        reached = relations.nodes[relations.offsets[r]:relations.offsets[r + 1]]
+        return EdgeDropout.keyed(ids.index_select(0, reached), ids.index_select(0, relations.gathered(r)[1]),
+                                 self.heads, key, self.attn_dropout)
 
     def build_forms(self, exchanges: bool = True) -> None:
         """Build every relation's gathered form at set-up, before the entries are released."""
-        for r in range(self.operator.num_relations):
-            if self.computes(r):
-                self.operator.gathered(r)
+        self._gathers = None  # the output rows may have changed (restrict_output)
+        self._gather_plan()

@@ -227,8 +227,8 @@ def _attention_layers(live: Liveness, shape: TypedShape, config: PlanConfig, ord
                    for r in order)
         live.alloc(f"layer {k} relation rows", kept * FLOAT)
         live.alloc(f"layer {k} output", rows * o * FLOAT)
-        # the nodes' transformed rows (for a_dst) and the attention's output, one relation at a time
-        largest = max((relations[r][1] * (2 * o + heads) for r in order), default=0)
+        # a relation's attention output, added into the layer's rows
+        largest = max((relations[r][1] * o for r in order), default=0)
         live.alloc("relation temporaries", largest * FLOAT)
         live.free("relation temporaries", "layer input")
         if not training:
@@ -242,14 +242,17 @@ def _attention_layers(live: Liveness, shape: TypedShape, config: PlanConfig, ord
     for k in reversed(range(L)):
         (i, o, options), order = widths[k], orders[k]
         heads = options.get("heads", 1)
-        # per relation: its output rows' gradient, the attention's gradients of the sources and the nodes, the
-        # recomputed transform and the gathered rows' gradients
-        largest = max((relations[r][1] * (o + heads + i) + relations[r][2] * (3 * o + heads + i) for r in order),
-                      default=0)
+        # per relation: its output rows' gradient, the attention's gradients of the sources and the nodes and the
+        # recomputed transform; each gathered piece's gradient stays until the one gather's backward joins them
+        # all and scatters them into [owned | halo]
+        gathered = sum(relations[r][1] + relations[r][2] for r in order) * i
+        largest = max((relations[r][1] * (o + heads) + relations[r][2] * (3 * o + heads) for r in order), default=0)
         live.alloc("relation gradients", largest * FLOAT)
         live.free("relation gradients")
-        live.alloc(f"layer {k} input gradient", 2 * (n + h) * i * FLOAT)
-        live.free("loss gradient", f"layer {k} relation rows", f"layer {k} output gradient")
+        live.alloc(f"layer {k} gathered gradients", 2 * gathered * FLOAT)
+        live.alloc(f"layer {k} input gradient", (n + h) * i * FLOAT)
+        live.free("loss gradient", f"layer {k} relation rows", f"layer {k} output gradient",
+                  f"layer {k} gathered gradients")
         if k > 0:
             live.free(f"layer {k} activation")
         live.alloc(f"layer {k - 1} output gradient", n * i * FLOAT)  # after the exchange's backward
