@@ -253,6 +253,11 @@ def cmd_export(args) -> int:
         spec = export(args.checkpoint_dir, args.out)
     except (SetupError, OSError, ValueError) as err:
         return _fail("export", str(err))
+    if "node_types" in spec:  # a typed graph's model (gnn_dist.export.typed)
+        print(f"wrote {args.out} and {spec_path(args.out)}: {spec['model']}, inputs for {', '.join(spec['inputs'])} "
+              f"and {len(spec['layers'])} layers over {len(spec['relations'])} relations, for a HeteroData "
+              f"({spec['target']} logits); load it with gnn_dist.export.typed.load_pyg_typed or docs/export.md's lines")
+        return 0
     print(f"wrote {args.out} and {spec_path(args.out)}: {len(spec['layers'])} torch_geometric.nn.Sequential layers "
           f"({spec['gnn_dist']['model']['model']}, {spec['gnn_dist']['in_channels']} -> "
           f"{spec['gnn_dist']['out_channels']}); load it with gnn_dist.export.load_pyg or docs/export.md's lines")

@@ -29,7 +29,7 @@ HOST_ONLY = {
     "gnn_dist/comm/simulated_ranks.py",    # simulated ranks: host threads
     "gnn_dist/comm/staging.py",            # host staging buffers, by definition
     "gnn_dist/link/metrics.py",       # OGB's evaluator takes host tensors
-    "gnn_dist/export.py",             # writes files
+    "gnn_dist/export",                # writes files
     "gnn_dist/embed.py",              # writes files
 }
 MARKER = "# host:"

@@ -42,6 +42,7 @@ class TypedStack(nn.Module):
         self.exchanger = exchanger
         device = exchanger.plan.device
         typed = TypedPart.of(part)
+        self.hetero = part.meta.hetero  # the graph's types and relations: checkpoints record them for export
         self.inputs = TypedInputs(part, typed, config.hidden, exchanger, seed)
         operator = relation_operator(part, typed.num_relations, device)
         conv_type = model_class(config.model)

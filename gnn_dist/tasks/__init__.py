@@ -3,7 +3,7 @@
 
 Importing this package imports every module of its folder, which registers the built-in tasks.
 
-May import: config, hetero, link, models, plugins, steps
+May import: config, hetero, link, models, plugins, schedules, steps
 """
 from gnn_dist.plugins.registry import import_modules_of
 from gnn_dist.tasks.registry import register_task, task_class, task_names

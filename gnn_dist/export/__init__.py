@@ -86,9 +86,7 @@ def export(checkpoint_dir: str, out: str) -> dict:
 
     fields, all_weights, manifest = trained_model(checkpoint_dir)
     if getattr(model_class(fields["model"]), "typed", False):
-        # its embedding tables live in the ranks' shards, and its input is a HeteroData, not (x, edge_index)
-        raise SetupError(f"{checkpoint_dir} holds a typed graph's --model {fields['model']}, which export does not "
-                         f"write yet: resume training from it with --resume, or export a homogeneous model")
+        return _export_typed(checkpoint_dir, fields, all_weights, manifest, out)
     weights = encoder_weights(all_weights)
     config = ModelConfig(**fields)
     config.validate()
@@ -121,6 +119,27 @@ def export(checkpoint_dir: str, out: str) -> dict:
         write(tmp)
         os.replace(tmp, path)
     return spec
+
+
+def _export_typed(checkpoint_dir: str, fields: dict, weights: dict, manifest: dict, out: str) -> dict:
+    """A typed graph's model (gnn_dist.export.typed): its input is a HeteroData, and its embedding tables are
+    put together from the ranks' shards."""
+    from gnn_dist.export.typed import export_typed
+    from gnn_dist.resilience.checkpoint import sharded_tables
+
+    hetero = manifest.get("hetero")
+    if hetero is None:
+        raise SetupError(f"{checkpoint_dir} holds a typed model written before export recorded the graph's types: "
+                         f"resume it with --resume and train one epoch to rewrite the checkpoint, then export")
+    config = ModelConfig(**fields)
+    config.validate()
+    featureless = [t for t, width in hetero["feature_widths"].items() if not width]
+    tables = sharded_tables(checkpoint_dir, {f"inputs.shards.{t}": hetero["num_nodes"][t] for t in featureless})
+    return export_typed(config, weights, {t: tables[f"inputs.shards.{t}"] for t in featureless}, hetero,
+                        manifest["widths"][1], out,
+                        trained={"model": fields, "in_channels": manifest["widths"][0],
+                                 "out_channels": manifest["widths"][1], "graph": manifest.get("graph"),
+                                 "epochs": manifest.get("next_epoch")})
 
 
 def _io_widths(config: ModelConfig, weights: dict, manifest: dict) -> tuple[int, int]:
