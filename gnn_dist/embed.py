@@ -10,11 +10,15 @@ layer's activations and one chunk at a time. `--layer K` picks the layer (0-base
 end, -1 the last: the logits; -2 the penultimate layer's output, after its BatchNorm and ReLU, the usual
 embedding).
 
+A typed graph's model (R-GCN, R-GAT) writes the target type's logits by type-local id for the last layer (it
+computes no other row), and every node's row by homogeneous id for an earlier one; each rank's embedding rows
+come from the checkpoint's rank files, whatever P wrote them.
+
 Rank 0 creates the file under a temporary name as an .npy memmap of [num_nodes, width]; every rank writes its
 own rows there by original id; rank 0 renames it to --out when every rank has finished. A job that fails or
 is killed leaves nothing at --out.
 
-May import: config, context, graph, halo, memory, models, partition, resilience, steps, training
+May import: config, context, graph, halo, hetero, memory, models, partition, resilience, steps, training
 """
 from __future__ import annotations
 
@@ -75,9 +79,10 @@ def embed(ctx: RankContext, config: EmbedConfig) -> dict:
         meta = load_meta(config.parts)
         ctx.check_num_parts(meta.num_parts, config.parts)
         fields, weights, manifest = trained_model(config.checkpoint_dir)
-        if getattr(model_class(fields["model"]), "typed", False):
-            raise SetupError(f"{config.checkpoint_dir} holds a typed graph's --model {fields['model']}, whose "
-                             f"embeddings embed does not write yet: resume training from it with --resume")
+        if getattr(model_class(fields["model"]), "typed", False) != (meta.hetero is not None):
+            raise SetupError(f"{config.checkpoint_dir} holds a {'typed' if meta.hetero is None else 'homogeneous'} "
+                             f"graph's model and --parts {config.parts} does not: embed a partition of the graph it "
+                             f"was trained on")
         model = ModelConfig(**fields)
         model.validate()
         layer = resolve_layer(config.layer, model.num_layers)
@@ -92,6 +97,13 @@ def embed(ctx: RankContext, config: EmbedConfig) -> dict:
                          f"({recorded.get('num_nodes')} nodes) but --parts {config.parts} holds {identity['dataset']} "
                          f"({identity['num_nodes']} nodes): embed a partition of the graph it was trained on")
     exchanger = HaloExchanger(ctx.comm, HaloPlan.from_part(part))
+    if meta.hetero is not None:
+        num_rows, ids, rows = _typed_rows(config, meta, part, exchanger, model_config, weights, manifest, layer)
+        width = rows.shape[1]
+        write_rows_by_id(ctx, config.out, num_rows, width, ids, rows.numpy().astype(EMBED_DTYPES[config.dtype],
+                                                                                    copy=False), config.dtype)
+        peaks = [int(v) for v in ctx.comm.allgather_object(peak_rss_bytes())]
+        return {"out": config.out, "rows": num_rows, "width": width, "layer": layer, "peak_rss_bytes_per_rank": peaks}
     graph = LocalGraph.from_part(part, model_class(model_config.model).normalise, whole_operator=False)
     x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)])
     # The last layer's width: the class count, or a link-prediction model's embedding width.
@@ -107,6 +119,35 @@ def embed(ctx: RankContext, config: EmbedConfig) -> dict:
     peaks = [int(v) for v in ctx.comm.allgather_object(peak_rss_bytes())]
     return {"out": config.out, "rows": meta.num_nodes, "width": width, "layer": layer,
             "peak_rss_bytes_per_rank": peaks}
+
+
+def _typed_rows(config: EmbedConfig, meta, part, exchanger, model_config: ModelConfig, weights: dict,
+                manifest: dict, layer: int) -> tuple[int, np.ndarray, torch.Tensor]:
+    """A typed graph's model (gnn_dist.hetero.stack): (rows in the file, the ids of this rank's rows, its rows).
+
+    The last layer computes the target type's rows only, so --layer -1 writes [target nodes, classes] by
+    type-local id; an earlier layer writes every node's row by its homogeneous id (the types one after another,
+    in the partition's order, each by type-local id: meta.json's hetero.num_nodes gives where each begins). The
+    embedding rows this rank owns now come from the checkpoint's rank files, one at a time."""
+    from gnn_dist.hetero.stack import TypedStack
+    from gnn_dist.partition.format import type_offsets
+    from gnn_dist.resilience.checkpoint import shard_files
+    from gnn_dist.resilience.sharded import restore_rows
+
+    model = TypedStack(model_config, manifest["widths"][1], part, exchanger, seed=0)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or any(not name.startswith("inputs.shards.") for name in missing):
+        raise SetupError(f"{config.checkpoint_dir} does not fit this typed graph's model (missing {missing}, "
+                         f"unexpected {unexpected}): embed a partition of the graph it was trained on")
+    restore_rows(model, shard_files(config.checkpoint_dir))
+    model.eval()
+    rows = model.forward_layerwise(None, config.eval_chunk_nodes, upto=layer).cpu()
+    if layer == model_config.num_layers - 1:  # the target type's rows, by type-local id
+        hetero = meta.hetero
+        first = type_offsets(hetero)[hetero["node_types"].index(hetero["target"])]
+        ids = part.node_ids[model.output_rows.cpu().numpy()] - first
+        return int(hetero["num_nodes"][hetero["target"]]), ids, rows
+    return meta.num_nodes, part.node_ids, rows
 
 
 def write_rows_by_id(ctx: RankContext, out: str, num_rows: int, width: int, ids: np.ndarray, rows: np.ndarray,

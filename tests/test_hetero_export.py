@@ -125,3 +125,31 @@ def test_export_refuses_a_typed_checkpoint_written_before_typed_export(trained_t
     done = run_cli("export", "--checkpoint-dir", str(old), "--out", str(tmp_path / "m.pt"))
     assert done.returncode != 0 and "train one epoch" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "m.pt").exists()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("model", sorted(RUNS))
+def test_a_typed_model_embeds_at_another_p_as_pyg_computes_it(trained_typed, typed_parts, model, tmp_path):
+    """embed at P=4 from the P=2 checkpoint: the last layer's file is the papers' logits by type-local id, the
+    first layer's every node's rows by homogeneous id, each equal to an independent PyG model built from the
+    checkpoint's own files (float64, 1e-5)."""
+    root, _ = trained_typed
+    params = {name: value.double() for name, value in checkpoint_params(root / model).items()}
+    arrays = typed_arrays()
+    if model == "rgcn":
+        forward, _, offset = reference_rgcn(arrays, params, 8, 2, 4, 2)
+        papers = int(arrays["num_nodes__paper"])
+        references = {-1: lambda: forward()[offset:offset + papers], 0: lambda: forward(upto=0)}
+    else:
+        forward, _, _ = reference_rgat(arrays, params, 8, 2, 2, 4)
+        references = {-1: forward, 0: lambda: forward(upto=0)}
+    for layer, reference in references.items():
+        out = tmp_path / f"layer{layer}.npy"
+        done = run_mpi(4, "embed", "--parts", str(typed_parts[4]), "--checkpoint-dir", str(root / model), "--out",
+                       str(out), "--layer", str(layer), "--eval-chunk-nodes", "7")
+        assert done.returncode == 0, done.stderr
+        with torch.no_grad():
+            theirs = reference()
+        ours = torch.from_numpy(np.load(out)).double()
+        assert ours.shape == theirs.shape
+        assert (ours - theirs).abs().max() <= 1e-5, layer

@@ -50,13 +50,15 @@ def reference_rgat(arrays: dict, params: dict, hidden: int, heads: int, num_laye
                 target.copy_(value[r].reshape(target.shape))
     assert {n for n in params if n.startswith("inputs.")} == set(theirs)
 
-    def forward():
+    def forward(upto=None):
+        """The papers' logits; with upto, every node's rows after that layer (its ReLU included), the types one
+        after another."""
         x = {t: lins[t](data[t].x) if t in lins else embs[t].weight for t in types}
-        for k, conv in enumerate(convs):
+        for k, conv in enumerate(convs[:None if upto is None else upto + 1]):
             x = conv(x, data.edge_index_dict)
             if k < len(convs) - 1:
                 x = {t: torch.relu(v) for t, v in x.items()}
-        return x["paper"]
+        return x["paper"] if upto is None else torch.cat([x[t] for t in types])
 
     def grads() -> dict:
         """Our parameter names -> their gradients (each layer's stacked over relations, in our order)."""

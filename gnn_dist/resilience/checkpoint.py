@@ -244,6 +244,13 @@ def sharded_tables(directory: str | os.PathLike, sizes: dict[str, int]) -> dict[
     return tables
 
 
+def shard_files(directory: str | os.PathLike) -> list:
+    """A loader of each rank file's "shards" entry in the newest checkpoint, read (and verified) when called:
+    what gnn_dist.resilience.sharded.restore_rows takes, on any partition."""
+    path, manifest = newest_manifest(directory)  # type: ignore[misc]
+    return [lambda entry=entry: _read_verified(path, entry).get("shards", {}) for entry in manifest["shards"]]
+
+
 def encoder_weights(weights: dict) -> dict:
     """The layer stack's own weights: without a link-prediction decoder's (`decoder.*`, gnn_dist.link.decoders)."""
     return {name: value for name, value in weights.items() if not name.startswith("decoder.")}

@@ -65,21 +65,33 @@ def restore(model, optimizer, weights: dict, optimizer_state: dict,
     full = {"state": dict(optimizer_state["state"]), "param_groups": optimizer_state["param_groups"]}
     if shards:
         index = _indices(optimizer)
-        restored = {name: _Reshard(p, ids) for name, (p, ids) in shards.items()}
-        for load in old_shards:
-            held = load()
-            for name, rows in held.items():
-                if name not in restored:
-                    raise ValueError(f"the checkpoint has a shard {name!r} this model lacks")
-                restored[name].take(rows)
-            del held
-        for name, reshard in restored.items():
-            reshard.check(name)
-            with torch.no_grad():
-                reshard.parameter.copy_(reshard.rows)
+        for reshard in _reshard(shards, old_shards):
             if reshard.moments is not None:
                 full["state"][index[id(reshard.parameter)]] = reshard.optimizer_entry()
     optimizer.load_state_dict(full)
+
+
+def restore_rows(model, old_shards: Iterable[Callable[[], dict]]) -> None:
+    """The shards' rows alone, from the old ranks' files as restore() reads them (gnn-dist embed: no optimiser).
+    ValueError when a row is missing."""
+    _reshard(sharded_rows(model), old_shards)
+
+
+def _reshard(shards: dict, old_shards: Iterable[Callable[[], dict]]) -> list:
+    """Fill each shard with the rows it owns now from the old files, one file at a time; the _Reshards."""
+    restored = {name: _Reshard(p, ids) for name, (p, ids) in shards.items()}
+    for load in old_shards:
+        held = load()
+        for name, rows in held.items():
+            if name not in restored:
+                raise ValueError(f"the checkpoint has a shard {name!r} this model lacks")
+            restored[name].take(rows)
+        del held
+    for name, reshard in restored.items():
+        reshard.check(name)
+        with torch.no_grad():
+            reshard.parameter.copy_(reshard.rows)
+    return list(restored.values())
 
 
 class _Reshard:
