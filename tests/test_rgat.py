@@ -3,8 +3,6 @@ HeteroConv({relation: GATConv(add_self_loops=False)}, aggr='sum') over ToUndirec
 per-type Linear inputs and nn.Embedding tables as the R-GCN tests."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,7 +12,15 @@ from gnn_dist import ModelConfig, RankContext, TrainConfig
 from gnn_dist.comm.simulated_ranks import run_fake_ranks
 from gnn_dist.training import setup
 from tests.conftest import run_cli, run_mpi
-from tests.test_hetero import gather_params_and_grads, pyg_typed_data, typed_arrays, typed_npz, typed_parts
+from tests.test_hetero import (
+    curves_at_every_p,
+    gather_params_and_grads,
+    one_typed_step,
+    pyg_typed_data,
+    typed_arrays,
+    typed_npz,
+    typed_parts,
+)
 
 __all__ = ["typed_npz", "typed_parts"]  # module fixtures shared with tests/test_hetero.py
 
@@ -81,22 +87,7 @@ def _grad(parameter: torch.Tensor) -> torch.Tensor:
 
 
 def one_rgat_step(directory, num_parts: int, hidden: int, heads: int, num_layers: int, seed: int = 5):
-    config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=seed,
-                         model=ModelConfig(model="rgat", hidden=hidden, heads=heads, num_layers=num_layers,
-                                           dropout=0.0))
-
-    def rank_fn(comm):
-        state = setup(RankContext(comm), config)
-        loss = state.mode.compute_gradients(epoch=0)
-        with torch.no_grad():
-            logits = state.model()
-        inputs = state.model.inputs
-        return {"ids": state.graph.node_ids[state.model.output_rows], "logits": logits, "loss": loss,
-                "params": {n: p.detach().clone() for n, p in state.model.named_parameters()},
-                "grads": {n: p.grad.clone() for n, p in state.model.named_parameters()},
-                "shard_ids": {t: state.graph.node_ids[inputs.owned_rows[t]].numpy() for t in inputs.shards}}
-
-    return run_fake_ranks(num_parts, rank_fn)
+    return one_typed_step(directory, num_parts, hidden, num_layers, seed=seed, model="rgat", heads=heads)
 
 
 @pytest.mark.parametrize("num_parts", [1, 2, 4])
@@ -155,24 +146,8 @@ def test_rgat_loss_curve_is_the_same_at_every_rank_count_and_follows_pyg(typed_p
     by epoch 3 (its biases' gradient is 3e-19 in float64), float32's rounding there differs with the order of
     the sums (so with P), and Adam turns any nonzero gradient into a step of its own size: every float32
     implementation leaves the float64 curve there (P=1 by 7e-6 at epoch 4, P=2 by 2e-5)."""
-    curves = {}
-    for dropout in ("0.5", "0"):
-        for p in (1, 2, 4):
-            out = tmp_path / f"m{p}-{dropout}.jsonl"
-            done = run_mpi(p, "train", "--parts", str(typed_parts[p]), "--model", "rgat", "--hidden", "8", "--heads",
-                           "2", "--epochs", "10", "--dropout", dropout, "--attn-dropout", dropout, "--seed", "7",
-                           "--no-progress", "--metrics-out", str(out))
-            assert done.returncode == 0, done.stderr
-            curves[p, dropout] = [r["loss"] for r in map(json.loads, out.read_text().splitlines()) if "final" not in r]
-        for p in (2, 4):
-            for a, b in zip(curves[1, dropout], curves[p, dropout], strict=True):
-                assert abs(a - b) <= 1e-5 * abs(a), (p, dropout)
-    assert curves[1, "0.5"] != curves[1, "0"]
-    for p in (2, 4):  # the bytes inspect predicts are the bytes that travelled
-        final = json.loads((tmp_path / f"m{p}-0.jsonl").read_text().splitlines()[-1])
-        report = json.loads(run_cli("inspect", str(typed_parts[p]), "--json", "--model", "rgat", "--hidden", "8",
-                                    "--heads", "2").stdout)
-        assert final["halo_bytes_total"] == 10 * report["predicted_halo_bytes_per_epoch"] > 0
+    curves = curves_at_every_p(typed_parts, tmp_path, ["--model", "rgat", "--hidden", "8", "--heads", "2"], 10, 7,
+                               ("--dropout", "--attn-dropout"))
     arrays = typed_arrays()
     params, _ = gather_params_and_grads(one_rgat_step(typed_parts[1], 1, 8, 2, 2, seed=7), arrays)
     forward, _, parameters = reference_rgat(arrays, {n: v.double() for n, v in params.items()}, 8, 2, 2, 4)

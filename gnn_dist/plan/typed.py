@@ -198,6 +198,30 @@ def _inputs(live: Liveness, shape: TypedShape, H: int, featureless_halo: int) ->
     live.free("inputs: owned", "inputs: halo")
 
 
+def _layer_input(live: Liveness, shape: TypedShape, k: int, width: int, dropped: bool) -> None:
+    """Layer k's [owned | halo] input as "layer input": layer 0's typed inputs (a copy when dropout is on: its
+    input is then free), a later layer's exchange (its [owned | halo] rows and the rows it sends)."""
+    rows = shape.owned + shape.halo
+    if k == 0:
+        if dropped:
+            live.alloc("layer 0 dropped input", rows * width * FLOAT)
+            live.free("layer input")
+            live.rename("layer 0 dropped input", "layer input")
+        return
+    live.alloc(f"layer {k} [owned | halo]", rows * width * FLOAT)
+    live.alloc("send buffer", shape.sent * width * FLOAT)
+    live.free("send buffer", "layer input")
+    live.rename(f"layer {k} [owned | halo]", "layer input")
+
+
+def _loss(live: Liveness, shape: TypedShape, C: int) -> None:
+    """The loss over the training rows: their logits and log-softmax, then its gradient and the logits' gradient;
+    the logits ("layer input") are free after."""
+    live.alloc("loss", 2 * shape.train * C * FLOAT)
+    live.alloc("loss gradient", (shape.train + shape.target) * C * FLOAT)
+    live.free("loss", "layer input")
+
+
 def _attention_layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[dict], widths,
                       training: bool, C: int) -> None:
     """R-GAT's layers (gnn_dist.models.rgat), the loss and the backward. Per relation r a layer gathers its
@@ -211,18 +235,9 @@ def _attention_layers(live: Liveness, shape: TypedShape, config: PlanConfig, ord
     for k, ((i, o, options), order) in enumerate(zip(widths, orders)):
         heads = options.get("heads", 1)
         rows = t if k == L - 1 else n
-        if k == 0:
-            if training and p > 0:  # layer 0's dropout makes a new [owned | halo]; its input is then free
-                live.alloc("layer 0 dropped input", (n + h) * i * FLOAT)
-                live.free("layer input")
-                live.rename("layer 0 dropped input", "layer input")
-        else:
-            if training:  # the ReLU's output (no dropout) or dropout's packed mask (one bit an element)
-                live.alloc(f"layer {k} activation", n * i * (FLOAT if p == 0 else 1 / 8))
-            live.alloc(f"layer {k} [owned | halo]", (n + h) * i * FLOAT)
-            live.alloc("send buffer", shape.sent * i * FLOAT)
-            live.free("send buffer", "layer input")
-            live.rename(f"layer {k} [owned | halo]", "layer input")
+        if k > 0 and training:  # the ReLU's output (no dropout) or dropout's packed mask (one bit an element)
+            live.alloc(f"layer {k} activation", n * i * (FLOAT if p == 0 else 1 / 8))
+        _layer_input(live, shape, k, i, training and p > 0)
         kept = sum((relations[r][2] + relations[r][1]) * i + relations[r][2] * (o + heads) + 2 * relations[r][1] * heads
                    for r in order)
         live.alloc(f"layer {k} relation rows", kept * FLOAT)
@@ -236,9 +251,7 @@ def _attention_layers(live: Liveness, shape: TypedShape, config: PlanConfig, ord
         live.rename(f"layer {k} output", "layer input")
     if not training:
         return
-    live.alloc("loss", 2 * shape.train * C * FLOAT)
-    live.alloc("loss gradient", (shape.train + t) * C * FLOAT)
-    live.free("loss", "layer input")
+    _loss(live, shape, C)
     for k in reversed(range(L)):
         (i, o, options), order = widths[k], orders[k]
         heads = options.get("heads", 1)
@@ -270,17 +283,7 @@ def _layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[
     for k, ((i, o, _), order) in enumerate(zip(widths, orders)):
         last = k == L - 1
         rows = t if last else n
-        if k == 0:
-            if training and p > 0:  # layer 0's dropout makes a new [owned | halo]; its input is then free
-                live.alloc("layer 0 dropped input", (n + h) * i * FLOAT)
-                live.free("layer input")
-                live.rename("layer 0 dropped input", "layer input")
-        else:
-            # the exchange: [owned | halo] rows (kept for the root term's backward) and the rows sent
-            live.alloc(f"layer {k} [owned | halo]", (n + h) * i * FLOAT)
-            live.alloc("send buffer", shape.sent * i * FLOAT)
-            live.free("send buffer", "layer input")
-            live.rename(f"layer {k} [owned | halo]", "layer input")
+        _layer_input(live, shape, k, i, training and p > 0)  # R-GCN's root term keeps it for the backward
         if last:
             live.alloc(f"layer {k} target rows", t * i * FLOAT)  # the root term's input rows
         aggregated = sum(relations[r][1] for r, how in order.items() if how == "aggregate")
@@ -299,10 +302,7 @@ def _layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[
         live.rename(f"layer {k} output", "layer input")
     if not training:
         return
-    # the loss over the training rows: their logits and log-softmax, then its gradient and the logits' gradient
-    live.alloc("loss", 2 * shape.train * C * FLOAT)
-    live.alloc("loss gradient", (shape.train + t) * C * FLOAT)
-    live.free("loss", "layer input")
+    _loss(live, shape, C)
     for k in reversed(range(L)):
         (i, o, _), order = widths[k], orders[k]
         largest = max((relations[r][1] + (relations[r][2] if how == "transform" else 0) for r, how in order.items()),
