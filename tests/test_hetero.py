@@ -350,12 +350,12 @@ def test_bns_renormalises_each_relations_mean_over_the_sources_it_keeps(typed_pa
     assert renormalised > 10  # rows that lost sources of some relation, so the rule was exercised
 
 
-def typed_losses(directory: Path, spec: str, halo_dtype: str = "fp32", epochs: int = 30) -> list[float]:
+def typed_losses(directory: Path, spec: str, halo_dtype: str = "fp32", epochs: int = 30, **model) -> list[float]:
     from tests.test_schedules import train_losses
 
     config = TrainConfig(parts=str(directory), schedule=spec, halo_dtype=halo_dtype, schedule_guard="off",
-                         progress=False, seed=3, model=ModelConfig(model="rgcn", hidden=16, num_layers=3,
-                                                                   dropout=0.5))
+                         progress=False, seed=3, model=ModelConfig(**{"model": "rgcn", "hidden": 16, "num_layers": 3,
+                                                                      "dropout": 0.5, **model}))
     return train_losses(directory, spec, epochs, config)
 
 

@@ -161,6 +161,19 @@ def test_rgat_loss_curve_is_the_same_at_every_rank_count_and_follows_pyg(typed_p
         assert abs(float(loss) - ours) <= 1e-5 * abs(ours), epoch
 
 
+@pytest.mark.parametrize("spec, halo_dtype", [("stale:3", "fp32"), ("pipeline", "fp32"), ("exact", "int8")])
+def test_rgat_trains_under_the_schedules_and_halo_dtypes_it_takes(typed_parts, spec, halo_dtype):
+    """stale, pipeline and a narrow halo dtype on R-GAT's hidden layers: the loss falls as exact's does and ends
+    near it."""
+    from tests.test_hetero import typed_losses
+
+    exact = typed_losses(typed_parts[2], "exact", model="rgat", heads=2, hidden=8)
+    losses = typed_losses(typed_parts[2], spec, halo_dtype, model="rgat", heads=2, hidden=8)
+    assert losses[-1] < 0.6 * losses[0]
+    assert abs(losses[-1] - exact[-1]) < 0.2 * exact[-1], (losses[-1], exact[-1])
+    assert losses != exact  # the schedule or the dtype did change what travelled
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--schedule", "bns:0.5"], "--model rgat runs with schedules that send every halo row"),
 ])
