@@ -85,10 +85,10 @@ class ModelConfig:
     num_layers: int = option(2, "number of graph convolutions")
     dropout: float = option(0.5, "dropout before every convolution")
     batch_norm: bool = option(False, "BatchNorm after hidden convs, statistics over all ranks")
-    heads: int = option(1, "attention heads of each hidden layer, concatenated (--model gat); the output layer "
-                           "has one")
-    attn_dropout: float | None = option(None, "dropout of attention coefficients (--model gat; default: "
-                                              "--dropout)", parse=float)
+    heads: int = option(1, "attention heads of each hidden layer, concatenated (--model gat, rgat); the output "
+                           "layer has one")
+    attn_dropout: float | None = option(None, "dropout of attention coefficients (--model gat: default --dropout; "
+                                              "--model rgat: default 0, as PyG's GATConv)", parse=float)
     num_bases: int = option(0, "--model rgcn: share each layer's relation weights out of this many bases (basis "
                                "decomposition; 0: one weight per relation)")
 
