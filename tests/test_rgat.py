@@ -176,6 +176,8 @@ def test_rgat_trains_under_the_schedules_and_halo_dtypes_it_takes(typed_parts, s
 
 @pytest.mark.parametrize("flags, message", [
     (["--schedule", "bns:0.5"], "--model rgat runs with schedules that send every halo row"),
+    (["--schedule", "adaptive:0.05"], "--model rgat runs with schedules that send every halo row"),
+    (["--num-bases", "2"], "--num-bases applies to --model rgcn, not --model rgat"),
 ])
 def test_what_rgat_lacks_is_refused_in_one_line(typed_parts, flags, message):
     done = run_mpi(2, "train", "--parts", str(typed_parts[2]), "--model", "rgat", "--epochs", "1", "--no-progress",
