@@ -148,6 +148,8 @@ def test_rgat_loss_curve_is_the_same_at_every_rank_count_and_follows_pyg(typed_p
     implementation leaves the float64 curve there (P=1 by 7e-6 at epoch 4, P=2 by 2e-5)."""
     curves = curves_at_every_p(typed_parts, tmp_path, ["--model", "rgat", "--hidden", "8", "--heads", "2"], 10, 7,
                                ("--dropout", "--attn-dropout"))
+    text = run_cli("inspect", str(typed_parts[2]), "--model", "rgat", "--hidden", "8", "--heads", "2").stdout
+    assert "per epoch for rgat hidden 8" in text  # the report names the model it priced
     arrays = typed_arrays()
     params, _ = gather_params_and_grads(one_rgat_step(typed_parts[1], 1, 8, 2, 2, seed=7), arrays)
     forward, _, parameters = reference_rgat(arrays, {n: v.double() for n, v in params.items()}, 8, 2, 2, 4)

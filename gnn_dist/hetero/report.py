@@ -74,7 +74,7 @@ def format_typed_report(report: dict) -> list[str]:
         lines.append(f"    {'__'.join(relation):<40} {edges:>12,} {cut:>10,}")
     m = report["model"]
     lines.append(f"  training traffic    {report['predicted_halo_bytes_per_epoch'] / 1e6:.2f} MB of halo payload per "
-                 f"epoch for rgcn hidden {m['hidden']}, {m['num_layers']} layers: {typed['embedding_halo_rows']:,} "
+                 f"epoch for {m['model']} hidden {m['hidden']}, {m['num_layers']} layers: {typed['embedding_halo_rows']:,} "
                  f"embedding rows of featureless types at layer 0 (fp32, exact), every halo row at each later layer "
                  f"({report['schedule']}, {report['halo_dtype']})")
     plan = report["memory_plan"]
