@@ -236,7 +236,7 @@ def test_distributed_gat_equals_pyg_on_the_whole_graph(partitioned, num_parts, h
 
 
 def test_heads_are_refused_for_models_without_attention():
-    with pytest.raises(ValueError, match="--heads applies to attention models \\(gat\\), not --model gcn"):
+    with pytest.raises(ValueError, match="--heads applies to attention models \\(gat or rgat\\), not --model gcn"):
         ModelConfig(model="gcn", heads=4).validate()
 
 
