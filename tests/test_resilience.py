@@ -134,6 +134,14 @@ def test_a_killed_rank_ends_the_job_and_resume_loses_little(partitioned, tmp_pat
     assert len(losses(metrics)) == newest + 2
 
 
+def assert_names_the_hang_at_epoch_3(stderr: str) -> None:
+    """Rank 1 hangs before epoch 3's first beat (GNN_DIST_FAIL_AT=1:3:hang), so its own watchdog names its last
+    progress (epoch 2's end) while rank 0's names epoch 3, where it waits for rank 1; whichever fires first is the
+    one reported (CI has seen both). Either names the hang's place; an earlier epoch would not."""
+    assert "no progress for" in stderr
+    assert "stalled in: epoch 2" in stderr or "stalled in: epoch 3" in stderr, stderr
+
+
 def test_watchdog_names_the_stalled_step(partitioned):
     start = time.monotonic()
     # --timeout 10, not less: a busy 2-core host can leave a healthy epoch silent for several seconds, and the
@@ -142,11 +150,7 @@ def test_watchdog_names_the_stalled_step(partitioned):
                  env={"GNN_DIST_FAIL_AT": "1:3:hang"}, timeout=120)
     assert done.returncode != 0
     assert time.monotonic() - start < 80  # far below the 1000 epochs' run: the stall, not the end, stopped it
-    # Rank 1 hangs before epoch 3's first beat, so its own watchdog names its last progress (epoch 2's end) while
-    # rank 0's names epoch 3, where it waits for rank 1; whichever fires first is the one reported (seen both ways
-    # in CI). Either names the hang's place; an earlier epoch would not.
-    assert "no progress for" in done.stderr
-    assert "stalled in: epoch 2" in done.stderr or "stalled in: epoch 3" in done.stderr, done.stderr
+    assert_names_the_hang_at_epoch_3(done.stderr)
 
 
 WATCHDOG_PROBE = """
@@ -192,11 +196,7 @@ def test_watchdog_catches_a_hang_in_sampled_mode(partitioned):
     assert done.returncode != 0
     assert time.monotonic() - start < 200
     assert "(--timeout 30)" in done.stderr, done.stderr
-    # Rank 1 hangs before epoch 3's first beat, so its own watchdog names its last progress (epoch 2's end) while
-    # rank 0's names epoch 3, where it waits for rank 1; whichever fires first is the one reported (seen both ways
-    # in CI). Either names the hang's place; an earlier epoch would not.
-    assert "no progress for" in done.stderr
-    assert "stalled in: epoch 2" in done.stderr or "stalled in: epoch 3" in done.stderr, done.stderr
+    assert_names_the_hang_at_epoch_3(done.stderr)
 
 
 def test_corrupt_checkpoint_shard_is_named(partitioned, tmp_path):
