@@ -96,6 +96,10 @@ class RelationOperator:
             self._distinct[r] = sources, position.reshape(-1)
         return self._distinct[r]
 
+    def reached(self, r: int) -> torch.Tensor:
+        """The owned rows relation r reaches (its block's rows, in order)."""
+        return self.nodes[self.offsets[r]:self.offsets[r + 1]]
+
     def counts(self, r: int) -> tuple[int, int, int]:
         """(nodes reached, distinct sources, entries) of relation r."""
         if r not in self._counts:

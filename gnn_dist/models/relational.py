@@ -35,7 +35,7 @@ class RelationConv(DistConv):
         position[rows] = torch.arange(len(rows), device=rows.device)
         self.output_rows, self._output_nodes, self._order = rows, {}, None
         for r in range(relations.num_relations):
-            mapped = position[relations.nodes[relations.offsets[r]:relations.offsets[r + 1]]]
+            mapped = position[relations.reached(r)]
             kept = mapped >= 0
             if bool(kept.all()) and len(mapped):
                 self._output_nodes[r] = mapped
@@ -50,7 +50,7 @@ class RelationConv(DistConv):
         """The output rows relation r adds into: the nodes it reaches (among the output rows when restricted)."""
         if self.output_rows is not None:
             return self._output_nodes[r]
-        return self.operator.nodes[self.operator.offsets[r]:self.operator.offsets[r + 1]]
+        return self.operator.reached(r)
 
 
 class _AddRows(torch.autograd.Function):

@@ -132,7 +132,7 @@ class DistRGATConv(RelationConv):
             for r in range(relations.num_relations):
                 if self.computes(r):
                     computed.append(r)
-                    pieces += [relations.gathered(r)[1], relations.nodes[relations.offsets[r]:relations.offsets[r + 1]]]
+                    pieces += [relations.gathered(r)[1], relations.reached(r)]
             index = torch.cat(pieces) if pieces else relations.nodes[:0]
             self._gathers = tuple(computed), index, [len(piece) for piece in pieces]
         return self._gathers
@@ -145,8 +145,7 @@ class DistRGATConv(RelationConv):
             raise RuntimeError("R-GAT attention dropout needs the pass key and node ids (set by the typed stack)")
         key = mix32_reference(self.pass_key ^ _ATTENTION_SALT ^ ((r + 1) * _RELATION_STRIDE & 0xFFFFFFFF))
         relations, ids = self.operator, self.column_ids
-        reached = relations.nodes[relations.offsets[r]:relations.offsets[r + 1]]
-        return EdgeDropout.keyed(ids.index_select(0, reached), ids.index_select(0, relations.gathered(r)[1]),
+        return EdgeDropout.keyed(ids.index_select(0, relations.reached(r)), ids.index_select(0, relations.gathered(r)[1]),
                                  self.heads, key, self.attn_dropout)
 
     def build_forms(self, exchanges: bool = True) -> None:
