@@ -132,14 +132,14 @@ def _typed_rows(config: EmbedConfig, meta, part, exchanger, model_config: ModelC
     from gnn_dist.hetero.stack import TypedStack
     from gnn_dist.partition.format import type_offsets
     from gnn_dist.resilience.checkpoint import shard_files
-    from gnn_dist.resilience.sharded import restore_rows
+    from gnn_dist.resilience.sharded import restore_model
 
     model = TypedStack(model_config, manifest["widths"][1], part, exchanger, seed=0)
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if unexpected or any(not name.startswith("inputs.shards.") for name in missing):
-        raise SetupError(f"{config.checkpoint_dir} does not fit this typed graph's model (missing {missing}, "
-                         f"unexpected {unexpected}): embed a partition of the graph it was trained on")
-    restore_rows(model, shard_files(config.checkpoint_dir))
+    try:
+        restore_model(model, weights, shard_files(config.checkpoint_dir))
+    except ValueError as err:
+        raise SetupError(f"{config.checkpoint_dir} does not fit this typed graph's model ({err}): embed a partition "
+                         f"of the graph it was trained on") from err
     model.eval()
     rows = model.forward_layerwise(None, config.eval_chunk_nodes, upto=layer).cpu()
     if layer == model_config.num_layers - 1:  # the target type's rows, by type-local id

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import run_cli, run_mpi
-from tests.test_hetero import reference_rgcn, typed_arrays, typed_npz, typed_parts
+from tests.test_hetero import pyg_typed_data, reference_rgcn, typed_arrays, typed_npz, typed_parts
 from tests.test_rgat import reference_rgat
 
 __all__ = ["typed_npz", "typed_parts"]  # module fixtures shared with tests/test_hetero.py
@@ -95,6 +95,12 @@ def test_a_typed_model_exports_to_pyg_and_scores_as_the_run(trained_typed, typed
     assert done.returncode == 0, done.stderr
     logits = torch.from_numpy(np.load(tmp_path / "logits.npy")).double()
     arrays = typed_arrays()
+    # gnn-dist's own loader and forward give the documented lines' logits
+    from gnn_dist.export.typed import forward, load_pyg_typed
+
+    module, spec = load_pyg_typed(tmp_path / "m.pt")
+    with torch.no_grad():
+        assert (forward(module.double(), spec, pyg_typed_data(arrays)) - logits).abs().max() <= 1e-5
     y, test = arrays["y"], arrays["test_mask"]
     assert (logits.argmax(1).numpy() == y)[test].mean() == pytest.approx(finals[model]["test_acc"], abs=1e-9)
     # the checkpoint's own files through an independent PyG model (float64)

@@ -29,20 +29,18 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 from gnn_dist.config import ModelConfig
 from gnn_dist.context import SetupError
+from gnn_dist.export.files import spec_path, write_export
 from gnn_dist.models import model_class
 from gnn_dist.models.base import build_module
 
 FORMAT = "gnn-dist-pyg-1"
 INPUT = "x, edge_index"
-
-
-def spec_path(path: str | os.PathLike) -> Path:
-    return Path(path).with_suffix(".json")
 
 
 def pyg_layers(config: ModelConfig, in_dim: int, out_dim: int) -> tuple[list[dict], dict[str, str]]:
@@ -111,21 +109,16 @@ def export(checkpoint_dir: str, out: str) -> dict:
     for ours, theirs in names.items():
         state[theirs] = weights[ours].reshape(state[theirs].shape).clone()
     module.load_state_dict(state)  # every one of ours has a place, and the shapes agree
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for path, write in ((target, lambda p: torch.save(module.state_dict(), p)), *writes,
-                        (spec_path(target), lambda p: p.write_text(json.dumps(spec, indent=1)))):
-        tmp = path.with_name(f".{path.name}.partial")
-        write(tmp)
-        os.replace(tmp, path)
+    write_export(out, module, spec, writes)
     return spec
 
 
 def _export_typed(checkpoint_dir: str, fields: dict, weights: dict, manifest: dict, out: str) -> dict:
     """A typed graph's model (gnn_dist.export.typed): its input is a HeteroData, and its embedding tables are
     put together from the ranks' shards."""
-    from gnn_dist.export.typed import export_typed
-    from gnn_dist.resilience.checkpoint import sharded_tables
+    from gnn_dist.export.typed import typed_model
+    from gnn_dist.resilience.checkpoint import shard_files
+    from gnn_dist.resilience.sharded import fill_rows
 
     hetero = manifest.get("hetero")
     if hetero is None:
@@ -133,13 +126,21 @@ def _export_typed(checkpoint_dir: str, fields: dict, weights: dict, manifest: di
                          f"resume it with --resume and train one epoch to rewrite the checkpoint, then export")
     config = ModelConfig(**fields)
     config.validate()
-    featureless = [t for t, width in hetero["feature_widths"].items() if not width]
-    tables = sharded_tables(checkpoint_dir, {f"inputs.shards.{t}": hetero["num_nodes"][t] for t in featureless})
-    return export_typed(config, weights, {t: tables[f"inputs.shards.{t}"] for t in featureless}, hetero,
-                        manifest["widths"][1], out,
-                        trained={"model": fields, "in_channels": manifest["widths"][0],
-                                 "out_channels": manifest["widths"][1], "graph": manifest.get("graph"),
-                                 "epochs": manifest.get("next_epoch")})
+    # each featureless type's whole table, its rows by id from every rank's file, one file at a time
+    tables = {t: torch.empty(hetero["num_nodes"][t], config.hidden)  # host: export's, written from the host
+              for t, width in hetero["feature_widths"].items() if not width}
+    try:
+        fill_rows({f"inputs.shards.{t}": (table, np.arange(len(table))) for t, table in tables.items()},
+                  shard_files(checkpoint_dir))
+    except ValueError as err:
+        raise SetupError(f"{checkpoint_dir}'s newest checkpoint does not hold this model's embedding rows ({err}): "
+                         f"delete its newest epoch folder to export the checkpoint before it") from err
+    module, spec = typed_model(config, weights, tables, hetero, manifest["widths"][1],
+                               trained={"model": fields, "in_channels": manifest["widths"][0],
+                                        "out_channels": manifest["widths"][1], "graph": manifest.get("graph"),
+                                        "epochs": manifest.get("next_epoch")})
+    write_export(out, module, spec)
+    return spec
 
 
 def _io_widths(config: ModelConfig, weights: dict, manifest: dict) -> tuple[int, int]:

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from gnn_dist.config import ModelConfig
+from gnn_dist.export.files import spec_path
 from gnn_dist.models.base import build_module
 
 FORMAT = "gnn-dist-pyg-hetero-1"
@@ -98,10 +98,10 @@ def forward(model: nn.ModuleDict, spec: dict, data) -> torch.Tensor:
     return x[spec["target"]]
 
 
-def export_typed(config: ModelConfig, weights: dict, tables: dict, hetero: dict, num_classes: int,
-                 out: str, trained: dict) -> dict:
-    """Write out (state_dict) and its .json spec; tables: featureless type -> its whole embedding table; trained:
-    what gnn-dist trained (model.json's "gnn_dist")."""
+def typed_model(config: ModelConfig, weights: dict, tables: dict, hetero: dict, num_classes: int,
+                trained: dict) -> tuple[nn.ModuleDict, dict]:
+    """(the exported modules holding the trained weights, their spec); tables: featureless type -> its whole
+    embedding table; trained: what gnn-dist trained (model.json's "gnn_dist")."""
     spec = {**typed_spec(config, hetero, num_classes), "gnn_dist": trained}
     model = build(spec)
     with torch.no_grad():
@@ -114,14 +114,7 @@ def export_typed(config: ModelConfig, weights: dict, tables: dict, hetero: dict,
         for k, conv in enumerate(model["convs"]):
             _load_conv(conv, {name.split(".", 2)[2]: value for name, value in weights.items()
                               if name.startswith(f"convs.{k}.")}, config, spec["relations"])
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for path, write in ((target, lambda p: torch.save(model.state_dict(), p)),
-                        (target.with_suffix(".json"), lambda p: p.write_text(json.dumps(spec, indent=1)))):
-        tmp = path.with_name(f".{path.name}.partial")
-        write(tmp)
-        os.replace(tmp, path)
-    return spec
+    return model, spec
 
 
 def _load_conv(conv: nn.Module, ours: dict, config: ModelConfig, relations: list) -> None:
@@ -139,7 +132,7 @@ def _load_conv(conv: nn.Module, ours: dict, config: ModelConfig, relations: list
 
 def load_pyg_typed(path: str | os.PathLike) -> tuple[nn.ModuleDict, dict]:
     """(the exported modules in eval mode, their spec), from path and the .json beside it."""
-    spec = json.loads(Path(path).with_suffix(".json").read_text())
+    spec = json.loads(spec_path(path).read_text())
     model = build(spec)
     model.load_state_dict(torch.load(path, weights_only=True))
     return model.eval(), spec

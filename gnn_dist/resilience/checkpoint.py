@@ -218,35 +218,9 @@ def trained_model(directory: str | os.PathLike) -> tuple[dict, dict, dict]:
     return model, replicated["model"], manifest
 
 
-def sharded_tables(directory: str | os.PathLike, sizes: dict[str, int]) -> dict[str, torch.Tensor]:
-    """Each sharded table of the newest checkpoint whole ({shard name: [sizes[name], width]}), its rows put in
-    place by their ids from every rank's file, read one file at a time: for export, a single process that writes
-    the model file (training ranks never hold a table). CheckpointError when a row is in no file."""
-    path, manifest = newest_manifest(directory)  # type: ignore[misc]
-    tables: dict[str, torch.Tensor] = {}
-    found: dict[str, np.ndarray] = {}
-    for entry in manifest["shards"]:
-        for name, held in _read_verified(path, entry).get("shards", {}).items():
-            if name not in sizes:
-                raise CheckpointError(f"{path / entry['file']} holds a shard {name!r} the model does not name")
-            if name not in tables:
-                width, dtype = held["rows"].shape[1], held["rows"].dtype
-                tables[name] = torch.zeros(sizes[name], width, dtype=dtype)  # host: export's table, written from there
-                found[name] = np.zeros(sizes[name], dtype=bool)
-            ids = held["ids"].numpy()
-            tables[name][held["ids"]] = held["rows"]
-            found[name][ids] = True
-    for name, size in sizes.items():
-        missing = size - int(found[name].sum()) if name in found else size
-        if missing:
-            raise CheckpointError(f"{path}: {missing} rows of {name} are in none of its rank files: delete {path} to "
-                                  f"use the checkpoint before it")
-    return tables
-
-
 def shard_files(directory: str | os.PathLike) -> list:
     """A loader of each rank file's "shards" entry in the newest checkpoint, read (and verified) when called:
-    what gnn_dist.resilience.sharded.restore_rows takes, on any partition."""
+    what gnn_dist.resilience.sharded.fill_rows takes, on any partition."""
     path, manifest = newest_manifest(directory)  # type: ignore[misc]
     return [lambda entry=entry: _read_verified(path, entry).get("shards", {}) for entry in manifest["shards"]]
 

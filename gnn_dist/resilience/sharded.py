@@ -58,28 +58,36 @@ def restore(model, optimizer, weights: dict, optimizer_state: dict,
             old_shards: Iterable[Callable[[], dict]]) -> None:
     """Load the replicated state, then each shard's rows from the old ranks' files (old_shards: one loader per file
     that returns its "shards" entry, called one at a time). ValueError when a row or a weight is missing."""
-    shards = sharded_rows(model)
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if unexpected or set(missing) != set(shards):
-        raise ValueError(f"weights missing {sorted(set(missing) - set(shards))}, unexpected {sorted(unexpected)}")
+    shards = _load_replicated(model, weights)
     full = {"state": dict(optimizer_state["state"]), "param_groups": optimizer_state["param_groups"]}
     if shards:
         index = _indices(optimizer)
-        for reshard in _reshard(shards, old_shards):
+        for reshard in fill_rows(shards, old_shards, with_optimizer=True):
             if reshard.moments is not None:
                 full["state"][index[id(reshard.parameter)]] = reshard.optimizer_entry()
     optimizer.load_state_dict(full)
 
 
-def restore_rows(model, old_shards: Iterable[Callable[[], dict]]) -> None:
-    """The shards' rows alone, from the old ranks' files as restore() reads them (gnn-dist embed: no optimiser).
-    ValueError when a row is missing."""
-    _reshard(sharded_rows(model), old_shards)
+def restore_model(model, weights: dict, old_shards: Iterable[Callable[[], dict]]) -> None:
+    """The model alone, as restore() loads it, without optimiser state (gnn-dist embed). ValueError when a
+    weight or a row is missing."""
+    fill_rows(_load_replicated(model, weights), old_shards)
 
 
-def _reshard(shards: dict, old_shards: Iterable[Callable[[], dict]]) -> list:
-    """Fill each shard with the rows it owns now from the old files, one file at a time; the _Reshards."""
-    restored = {name: _Reshard(p, ids) for name, (p, ids) in shards.items()}
+def _load_replicated(model, weights: dict) -> dict:
+    """Load the replicated weights; the model's shards (sharded_rows), which the weights must leave out."""
+    shards = sharded_rows(model)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or set(missing) != set(shards):
+        raise ValueError(f"weights missing {sorted(set(missing) - set(shards))}, unexpected {sorted(unexpected)}")
+    return shards
+
+
+def fill_rows(shards: dict, old_shards: Iterable[Callable[[], dict]], with_optimizer: bool = False) -> list:
+    """Fill each shard ({name: (tensor, the int64 ids of its rows)}) with its rows by id from the old ranks'
+    files, one file at a time (and, with_optimizer, gather their optimiser state); the _Reshards. ValueError when
+    a row is in no file. A whole table is a shard whose ids are all of its type's (gnn-dist export)."""
+    restored = {name: _Reshard(p, ids, with_optimizer) for name, (p, ids) in shards.items()}
     for load in old_shards:
         held = load()
         for name, rows in held.items():
@@ -97,8 +105,8 @@ def _reshard(shards: dict, old_shards: Iterable[Callable[[], dict]]) -> list:
 class _Reshard:
     """One shard being filled from the old ranks' rows: the rows this rank owns now, wherever they were."""
 
-    def __init__(self, parameter: torch.Tensor, ids: np.ndarray):
-        self.parameter = parameter
+    def __init__(self, parameter: torch.Tensor, ids: np.ndarray, with_optimizer: bool):
+        self.parameter, self.with_optimizer = parameter, with_optimizer
         self.order = np.argsort(ids, kind="stable")
         self.sorted_ids = np.asarray(ids, dtype=np.int64)[self.order]
         self.rows = torch.empty_like(parameter.detach())
@@ -116,7 +124,7 @@ class _Reshard:
         source = torch.from_numpy(np.flatnonzero(mine))  # host: indexes the checkpoint's rows, read on the host
         self.rows[target] = held["rows"][source].to(self.rows)
         self.found[found] = True
-        for key, value in held["optimizer"].items():
+        for key, value in held["optimizer"].items() if self.with_optimizer else ():
             if value.dim() >= 1 and value.shape[0] == len(old_ids):
                 if self.moments is None:
                     self.moments = {}
