@@ -97,8 +97,6 @@ def fill_rows(shards: dict, old_shards: Iterable[Callable[[], dict]], with_optim
         del held
     for name, reshard in restored.items():
         reshard.check(name)
-        with torch.no_grad():
-            reshard.parameter.copy_(reshard.rows)
     return list(restored.values())
 
 
@@ -109,7 +107,9 @@ class _Reshard:
         self.parameter, self.with_optimizer = parameter, with_optimizer
         self.order = np.argsort(ids, kind="stable")
         self.sorted_ids = np.asarray(ids, dtype=np.int64)[self.order]
-        self.rows = torch.empty_like(parameter.detach())
+        # the rows land in the shard itself: a second buffer of its size would double export's whole tables (a
+        # resume that fails on a missing row stops the run, so a half-filled shard is never trained on)
+        self.rows = parameter.detach()
         self.found = np.zeros(len(ids), dtype=bool)
         self.moments: dict | None = None  # optimiser state per row (Adam's exp_avg, exp_avg_sq)
         self.scalars: dict = {}            # optimiser state shared by the rows (Adam's step)
