@@ -221,7 +221,7 @@ def test_native_sampler_draws_exactly_what_the_numpy_path_draws(partitioned):
         for fanout, step in ((1, 0), (3, 1), (10, 2), (10**6, 3)):
             key = sample_key(0, 1, step, 0)
             counts, sources = sampler.sample_owned(rows, fanout, key)
-            want_counts, want_sources = sampler._sample_owned_numpy(rows, fanout, key)
+            want_counts, want_sources = sampler.csr.sample_numpy(rows, fanout, key)
             assert np.array_equal(counts, want_counts) and np.array_equal(sources, want_sources)
             checked += len(sources)
         empty = sampler.sample_owned(np.zeros(0, dtype=np.int64), 5, sample_key(0, 0, 0, 0))

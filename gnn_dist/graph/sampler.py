@@ -74,6 +74,50 @@ class Relabel:
         return new, order[np.searchsorted(level[order], sources, side="right") - 1]
 
 
+class RowSampler:
+    """The keyed draw over one CSR of owned rows: up to `fanout` of a row's neighbours, the smallest scores
+    hash(key, orig(row), orig(neighbour)) winning, each winner named by `names` (its column's global id; a typed
+    sampler's names carry the type too). Natively in one pass; the numpy path (no compiler, and the test
+    reference) gives exactly the same.
+
+    Shapes: indptr [n_owned + 1], indices [entries] (columns), orig and names [columns], all int64."""
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, orig: np.ndarray, names: np.ndarray):
+        self.indptr, self.indices, self.orig, self.names = indptr, indices, orig, names
+        # int64 views for the native sampler, made once (torch.from_numpy shares the memory)
+        self._tensors = tuple(torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+                              for a in (indptr, indices, orig, names))
+
+    def sample(self, rows: np.ndarray, fanout: int, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+        """(count per row, the winners' names grouped by row, each row's in CSR order)."""
+        native = native_module()
+        if native is not None:
+            indptr_t, indices_t, orig_t, names_t = self._tensors
+            rows_t = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
+            counts, picked = native.sample_rows(indptr_t, indices_t, rows_t, orig_t, names_t,
+                                                int(np.array(key, dtype=np.uint64).view(np.int64)), fanout)
+            return counts.numpy(), picked.numpy()  # names, mapped in the kernel's pass
+        return self.sample_numpy(rows, fanout, key)
+
+    def sample_numpy(self, rows: np.ndarray, fanout: int, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+        """The same draw in numpy (the fallback without the native kernels, and their test reference)."""
+        indptr, indices = self.indptr, self.indices
+        starts = indptr[rows]
+        degrees = indptr[rows + 1] - starts
+        total = int(degrees.sum())
+        if total == 0:
+            return np.zeros(len(rows), dtype=np.int64), np.zeros(0, dtype=np.int64)
+        row_of = np.repeat(np.arange(len(rows), dtype=np.int64), degrees)
+        neighbours = indices[_ranges(starts, degrees)]
+        scores = edge_scores(key, self.orig[rows][row_of], self.orig[neighbours])
+        order = np.lexsort((scores, row_of))
+        # Sorting keeps rows grouped in place, so position k of `order` has the same rank within
+        # its row as entry k of the CSR slices: the first `fanout` of each row win.
+        rank_in_row = _ranges(np.zeros(len(rows), dtype=np.int64), degrees)
+        keep = np.sort(order[rank_in_row < fanout])  # each row's winners in CSR order, as the native kernel lists them
+        return np.minimum(degrees, fanout), self.names[neighbours[keep]]
+
+
 @dataclass
 class SamplingCounters:
     sample_bytes: int = 0
@@ -119,43 +163,15 @@ class DistributedSampler:
             self.first + np.arange(part.n_owned, dtype=np.int64),
             self.partptr[owner] + part.halo_index_on_owner])
         self.local_orig = np.concatenate([part.node_ids, part.halo_ids]).astype(np.int64)
-        # int64 views for the native sampler, made once (torch.from_numpy shares the memory)
         self._relabel = Relabel()  # its table is reused by every sample
-        self._csr_tensors = tuple(torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
-                                  for a in (part.indptr, part.indices, self.local_orig, self.local_to_global))
+        self.csr = RowSampler(part.indptr, part.indices, self.local_orig, self.local_to_global)
 
     def owner_of(self, global_ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.partptr, global_ids, side="right") - 1
 
     def sample_owned(self, local_rows: np.ndarray, fanout: int, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
         """(count per row, neighbours' global ids grouped by row) for owned rows, sampled here."""
-        native = native_module()
-        if native is not None:
-            indptr_t, indices_t, local_orig_t, local_to_global_t = self._csr_tensors
-            rows = torch.from_numpy(np.ascontiguousarray(local_rows, dtype=np.int64))
-            counts, picked = native.sample_rows(indptr_t, indices_t, rows, local_orig_t, local_to_global_t,
-                                                int(np.array(key, dtype=np.uint64).view(np.int64)), fanout)
-            return counts.numpy(), picked.numpy()  # global ids, mapped in the kernel's pass
-        return self._sample_owned_numpy(local_rows, fanout, key)
-
-    def _sample_owned_numpy(self, local_rows: np.ndarray, fanout: int, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
-        """The same draw in numpy (the fallback without the native kernels, and their test reference)."""
-        indptr, indices = self.part.indptr, self.part.indices
-        starts = indptr[local_rows]
-        degrees = indptr[local_rows + 1] - starts
-        total = int(degrees.sum())
-        if total == 0:
-            return np.zeros(len(local_rows), dtype=np.int64), np.zeros(0, dtype=np.int64)
-        row_of = np.repeat(np.arange(len(local_rows), dtype=np.int64), degrees)
-        neighbours = indices[_ranges(starts, degrees)]
-        scores = edge_scores(key, self.part.node_ids[local_rows][row_of], self.local_orig[neighbours])
-        order = np.lexsort((scores, row_of))
-        # Sorting keeps rows grouped in place, so position k of `order` has the same rank within
-        # its row as entry k of the CSR slices: the first `fanout` of each row win.
-        rank_in_row = _ranges(np.zeros(len(local_rows), dtype=np.int64), degrees)
-        keep = np.sort(order[rank_in_row < fanout])  # each row's winners in CSR order, as the native kernel lists them
-        counts = np.minimum(degrees, fanout)
-        return counts, self.local_to_global[neighbours[keep]]
+        return self.csr.sample(local_rows, fanout, key)
 
     def _exchange_ints(self, send: np.ndarray, send_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Variable-length int64 messages to every peer: (received values, counts per peer)."""
