@@ -25,6 +25,7 @@ GOLDEN32 = 0x9E3779B9  # 2**32 / golden ratio: spreads consecutive ids over the 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
+_RELATION_KEY = np.uint64(0xD6E8FEB86659FD93)  # spreads relation indices apart in sample_key
 
 
 def to_int32(value: int) -> int:
@@ -93,12 +94,15 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def sample_key(seed: int, epoch: int, step: int, hop: int) -> np.uint64:
-    """The key of one sampling hop of one step."""
+def sample_key(seed: int, epoch: int, step: int, hop: int, relation: int | None = None) -> np.uint64:
+    """The key of one sampling hop of one step (on a typed graph, of one relation's draw in that hop: each
+    relation draws apart, even where two relations join the same pair of nodes)."""
     with np.errstate(over="ignore"):
         key = splitmix64(np.array([seed], dtype=np.uint64))
         for value in (epoch, step, hop):
             key = splitmix64(key ^ np.uint64(value))
+        if relation is not None:
+            key = splitmix64(key ^ (np.uint64(relation + 1) * _RELATION_KEY))
     return key[0]
 
 

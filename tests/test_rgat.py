@@ -79,6 +79,7 @@ def reference_rgat(arrays: dict, params: dict, hidden: int, heads: int, num_laye
         return out
 
     parameters = list(theirs.values()) + list(convs.parameters())
+    forward.modules = lins, embs, convs  # replays of sampled batches run them on the batch's nodes
     return forward, grads, parameters
 
 

@@ -25,9 +25,14 @@ class FeatureStore:
     cache_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # sorted global ids
     cache_rows: torch.Tensor | None = None
     count_requests: bool = False  # record which remote (non-halo) nodes the batches asked for
+    # A store over some of the rows (a typed graph's store per type): the global id of each row of x_full, and
+    # for each owned local position, the row of x_full that serves it (-1: not served here). None: x_full is
+    # [owned | halo], the sampler's local rows.
+    row_ids: np.ndarray | None = None
+    served_rows: np.ndarray | None = None
 
     def __post_init__(self):
-        local_global = self.sampler.local_to_global
+        local_global = self.sampler.local_to_global if self.row_ids is None else self.row_ids
         self.known_order = np.argsort(local_global)
         self.known_sorted = local_global[self.known_order]
         self.requested: list[np.ndarray] = []  # ids asked since the last compaction
@@ -99,8 +104,8 @@ class FeatureStore:
         order = np.argsort(owners, kind="stable")
         counts = np.bincount(owners, minlength=self.comm.size) if len(owners) else np.zeros(self.comm.size, np.int64)
         asked, asked_counts = sampler._exchange_ints(global_ids[order], counts)
-        reply = self.x_full[torch.from_numpy(asked - sampler.first)] if len(asked) else \
-            torch.zeros(0, self.x_full.shape[1])
+        rows = asked - sampler.first if self.served_rows is None else self.served_rows[asked - sampler.first]
+        reply = self.x_full[torch.from_numpy(rows)] if len(asked) else torch.zeros(0, self.x_full.shape[1])
         received = torch.empty(len(global_ids), self.x_full.shape[1])
         sampler.counters.feature_bytes += self.comm.alltoallv(reply.contiguous(), asked_counts, received, counts)
         out = torch.empty_like(received)

@@ -157,10 +157,18 @@ def _operator(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tup
 def relation_operator(part: PartData, num_relations: int, device: torch.device) -> RelationOperator:
     n = part.n_owned
     destination = np.repeat(np.arange(n, dtype=np.int64), np.diff(part.indptr))
-    pair = part.edge_type.astype(np.int64) * n + destination  # sorted pairs: relation-major, then node
+    return edges_operator(destination, part.indices.astype(np.int64), part.edge_type, n, n + part.n_halo,
+                          num_relations, device)
+
+
+def edges_operator(destination: np.ndarray, source: np.ndarray, relation: np.ndarray, n_destinations: int,
+                   n_columns: int, num_relations: int, device: torch.device) -> RelationOperator:
+    """The RelationOperator of typed edges (a part's, or a sampled block's): destination rows in [0,
+    n_destinations), source columns in [0, n_columns), each edge's relation index."""
+    n = n_destinations
+    pair = relation.astype(np.int64) * n + destination  # sorted pairs: relation-major, then node
     pairs, rows, counts = np.unique(pair, return_inverse=True, return_counts=True)
     rows = rows.reshape(-1)
     offsets = np.searchsorted(pairs, np.arange(num_relations + 1, dtype=np.int64) * n)
     values = (1.0 / counts[rows]).astype(np.float32)
-    return RelationOperator(rows, part.indices.astype(np.int64), values, offsets, pairs % max(n, 1), n,
-                            n + part.n_halo, device)
+    return RelationOperator(rows, source, values, offsets, pairs % max(n, 1), n, n_columns, device)

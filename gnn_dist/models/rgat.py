@@ -116,13 +116,41 @@ class DistRGATConv(RelationConv):
             operator, _ = relations.gathered(r)
             sources, reached = pieces[2 * k], pieces[2 * k + 1]
             source = transformed_rows(sources, self.weight[r], self.att_src[r].view(1, self.heads, self.head_width))
-            # a_dst alone, through the weight folded with att_dst ([in, heads]): the nodes' transformed rows are
-            # never needed, only their scores
-            folded = (self.weight[r].view(self.heads, self.head_width, self.in_dim)
-                      * self.att_dst[r].view(self.heads, self.head_width, 1)).sum(1).t()
             dropout = self._edge_dropout(r)
-            add_rows_(out, self._nodes(r), attention(operator, source, reached @ folded, self.heads, None, dropout))
+            add_rows_(out, self._nodes(r), attention(operator, source, reached @ self._folded(r), self.heads, None,
+                                                     dropout))
         return out
+
+    def forward_block(self, x_src: torch.Tensor, relations, dst_type: torch.Tensor,
+                      ids: torch.Tensor | None = None) -> torch.Tensor:
+        """A sampled block (sampled mode): x_src [sources, in] (the targets first), relations the block's
+        RelationOperator, dst_type [targets] each target's type, ids [sources] the keys of attention dropout.
+        Returns [targets, out]: each relation's softmax over the neighbours sampled for it."""
+        out = self._type_bias().index_select(0, dst_type)
+        for r in range(relations.num_relations):
+            if relations.offsets[r + 1] == relations.offsets[r]:
+                continue
+            operator, sources = relations.gathered(r)
+            reached = relations.reached(r)
+            source = transformed_rows(x_src.index_select(0, sources), self.weight[r],
+                                      self.att_src[r].view(1, self.heads, self.head_width))
+            dropout = None
+            if self.training and self.attn_dropout > 0.0:
+                key = self._relation_key(r)
+                dropout = EdgeDropout.keyed(ids.index_select(0, reached), ids.index_select(0, sources), self.heads,
+                                            key, self.attn_dropout)
+            add_rows_(out, reached, attention(operator, source, x_src.index_select(0, reached) @ self._folded(r),
+                                              self.heads, None, dropout))
+        return out
+
+    def _folded(self, r: int) -> torch.Tensor:
+        """Relation r's weight folded with att_dst ([in, heads]): a_dst through it alone, as the nodes' transformed
+        rows are never needed, only their scores."""
+        return (self.weight[r].view(self.heads, self.head_width, self.in_dim)
+                * self.att_dst[r].view(self.heads, self.head_width, 1)).sum(1).t()
+
+    def _relation_key(self, r: int) -> int:
+        return mix32_reference(self.pass_key ^ _ATTENTION_SALT ^ ((r + 1) * _RELATION_STRIDE & 0xFFFFFFFF))
 
     def _gather_plan(self) -> tuple[tuple[int, ...], torch.Tensor, list[int]]:
         """(the relations this layer computes, the [owned | halo] rows they read: each one's sources then its
@@ -143,7 +171,7 @@ class DistRGATConv(RelationConv):
             return None
         if self.column_ids is None or self.pass_key is None:
             raise RuntimeError("R-GAT attention dropout needs the pass key and node ids (set by the typed stack)")
-        key = mix32_reference(self.pass_key ^ _ATTENTION_SALT ^ ((r + 1) * _RELATION_STRIDE & 0xFFFFFFFF))
+        key = self._relation_key(r)
         relations, ids = self.operator, self.column_ids
         return EdgeDropout.keyed(ids.index_select(0, relations.reached(r)), ids.index_select(0, relations.gathered(r)[1]),
                                  self.heads, key, self.attn_dropout)

@@ -118,6 +118,21 @@ class DistRGCNConv(RelationConv):
                 add_rows_(out, self._nodes(r), _scaled(spmm(operator, rows @ weights[r]), scale, relations, r))
         return out
 
+    def forward_block(self, x_src: torch.Tensor, relations, dst_type: torch.Tensor,
+                      ids: torch.Tensor | None = None) -> torch.Tensor:
+        """A sampled block (sampled mode): x_src [sources, in] (the targets first), relations the block's
+        RelationOperator (gnn_dist.hetero.typed_part.edges_operator). Returns [targets, out]: each relation's mean
+        over the neighbours sampled for it, aggregated first (a batch's sources are few), plus root and bias."""
+        weights = self.relation_weights()
+        out = torch.addmm(self.bias, x_src[:relations.n_owned], self.root)
+        computed = tuple(r for r in range(relations.num_relations) if relations.offsets[r + 1] > relations.offsets[r])
+        if computed:
+            aggregated = spmm(relations.stacked(computed), x_src)
+            sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in computed]
+            for r, block in zip(computed, torch.split(aggregated, sizes)):
+                add_rows_(out, relations.reached(r), block @ weights[r])
+        return out
+
     def _relation_scale(self) -> torch.Tensor | None:
         """Under a schedule that leaves halo rows out this pass (bns, adaptive), a factor per (relation, node
         reached) row: that relation's mean renormalised over the sources still present, as a homogeneous layer

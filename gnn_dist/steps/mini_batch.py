@@ -39,7 +39,7 @@ from gnn_dist.graph.sampler import DistributedSampler
 from gnn_dist.kernels.keyed_random import sampled_stream_key
 from gnn_dist.models import model_class
 from gnn_dist.steps.full_batch import check_finite
-from gnn_dist.steps.gradients import flat_buffer, sync_gradients
+from gnn_dist.steps.gradients import flat_buffer, replicated_parameters, sync_gradients
 from gnn_dist.steps.layer_stack import forward_blocks
 from gnn_dist.steps.state import max_over_ranks, sum_over_ranks
 
@@ -59,11 +59,9 @@ class MiniBatchMode:
         self.state = state
         self.config = config = state.config.sampled
         ctx = state.ctx
-        self.sampler = DistributedSampler(state.exchanger.comm, part, list(config.fanouts), state.config.seed,
-                                          local_only=config.sampling == "local")
-        self.store = FeatureStore(state.exchanger.comm, self.sampler, state.x_full)
+        self.build_sampling(part)
         self.model_class = model_class(state.config.model.model)
-        self.params = list(state.model.parameters())
+        self.params = replicated_parameters(state.model)
         self.flat = flat_buffer(self.params, extras=2)  # gradients, then the loss sum and the number of seeds
         self.train_local = self.training_items(part)
         steps = torch.tensor([float(-(-len(self.train_local) // config.batch_size))],
@@ -78,9 +76,30 @@ class MiniBatchMode:
             # The first epoch trained records every remote request; the next epoch starts by refilling
             # the cache from those counts (a whole epoch estimates the hot set far better than the
             # counting pass's few steps). The refill fetches only rows not cached yet.
-            self.store.count_requests = True
+            self.count_requests(True)
         self.epochs_trained = 0
         self.mover = BatchMover(state.device, always=staging_forced())
+
+    def build_sampling(self, part) -> None:
+        """The sampler and the feature store of the batches."""
+        config = self.config
+        self.sampler = DistributedSampler(self.state.exchanger.comm, part, list(config.fanouts), self.state.config.seed,
+                                          local_only=config.sampling == "local")
+        self.store = FeatureStore(self.state.exchanger.comm, self.sampler, self.state.x_full)
+
+    def count_requests(self, on: bool | None = None) -> bool:
+        """Whether the store records remote requests (for the cache's refill); `on` sets it."""
+        if on is not None:
+            self.store.count_requests = on
+        return self.store.count_requests
+
+    def count_remote(self, nodes: np.ndarray) -> None:
+        self.store.count_remote(nodes)
+
+    def cache_from_counts(self, budget_bytes: int) -> None:
+        """(Re)fill the cache with the remote rows counted most often since the last fill (collective)."""
+        ids, hits = self.store.request_counts()
+        self.store.fill_cache(ids, hits, budget_bytes)
 
     # Loss terms per training item (a node here; a positive and its negatives for link prediction): the global
     # count of terms that scales each step's gradient, divided by this, is the items the step processed.
@@ -115,9 +134,8 @@ class MiniBatchMode:
         """Counting pass: sample the first steps of epoch 0 and cache the remote nodes seen most often."""
         for step, batch in enumerate(self.batches(0)[:self.config.cache_count_steps]):
             nodes, _ = self.sampler.sample(self.batch_seeds(0, batch)[0], 0, step)
-            self.store.count_remote(nodes)
-        ids, hits = self.store.request_counts()
-        self.store.fill_cache(ids, hits, int(self.config.feature_cache_mb * 2**20))
+            self.count_remote(nodes)
+        self.cache_from_counts(int(self.config.feature_cache_mb * 2**20))
         self.sampler.counters.reset()
 
     def prepare(self, epoch: int, step: int, batch: np.ndarray) -> tuple[PreparedBatch, float]:
@@ -133,15 +151,24 @@ class MiniBatchMode:
         blocks = [dataclasses.replace(b, dst=edges[2 * i], src=edges[2 * i + 1]) for i, b in enumerate(blocks)]
         return PreparedBatch(x, blocks, node_ids, targets), time.perf_counter() - start
 
+    def forward_batch(self, batch: PreparedBatch, layer_keys: list[int]) -> torch.Tensor:
+        """The seeds' outputs (the first rows) of a prepared batch; layer_keys key each layer's dropout."""
+        operators = [self.model_class.block_operator(b) for b in reversed(batch.blocks)]
+        return forward_blocks(self.state.model, batch.x, operators, batch.node_ids, layer_keys)
+
+    def optimizer_step(self, global_terms: float) -> None:
+        """Step the weights once their gradients are summed over ranks (divided by global_terms, the loss's
+        terms over every rank)."""
+        self.state.optimizer.step()
+
     def train_epoch(self, epoch: int) -> dict:
         state = self.state
         model, counters = state.model, self.sampler.counters
         counters.reset()
-        if self.store.count_requests and self.epochs_trained == 1:
+        if self.caching and self.count_requests() and self.epochs_trained == 1:
             start = time.perf_counter()
-            ids, hits = self.store.request_counts()
-            self.store.count_requests = False
-            self.store.fill_cache(ids, hits, int(self.config.feature_cache_mb * 2**20))
+            self.count_requests(False)
+            self.cache_from_counts(int(self.config.feature_cache_mb * 2**20))
             counters.fetch_s += time.perf_counter() - start
         model.train()
         losses, seeds_total, compute_s = [], 0, 0.0
@@ -150,11 +177,10 @@ class MiniBatchMode:
         for step in range(len(batches)):
             batch, compute_s = upcoming, compute_s + move_s
             start = time.perf_counter()
-            operators = [self.model_class.block_operator(b) for b in reversed(batch.blocks)]
             state.optimizer.zero_grad(set_to_none=False)
             keys = [sampled_stream_key(state.config.seed, epoch, step, state.ctx.rank, k)
-                    for k in range(len(operators))]
-            out = forward_blocks(model, batch.x, operators, batch.node_ids, keys)
+                    for k in range(len(batch.blocks))]
+            out = self.forward_batch(batch, keys)
             loss_sum, terms = self.batch_loss(out, batch.targets)
             loss_sum.backward()
             compute_s += time.perf_counter() - start
@@ -169,7 +195,7 @@ class MiniBatchMode:
             losses.append(global_loss_sum / max(global_terms, 1.0))
             check_finite(losses[-1], epoch)
             with torch.profiler.record_function("optimizer step"):
-                state.optimizer.step()
+                self.optimizer_step(max(global_terms, 1.0))
             compute_s += time.perf_counter() - start
             seeds_total += int(round(global_terms)) // self.terms_per_item
             state.watchdog.beat(f"epoch {epoch}: sampled step {step}")

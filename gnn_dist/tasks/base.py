@@ -102,7 +102,7 @@ def best_record(records: list[dict], key: str) -> dict | None:
 
 
 # What training on a typed graph supports so far, each refusal naming the fix (docs/hetero.md)
-_TYPED_ONLY = {"mode": ("full", "--mode full"), "halo_memory": ("resident", "--halo-memory resident"),
+_TYPED_ONLY = {"halo_memory": ("resident", "--halo-memory resident"),
                "feature_dtype": ("fp32", "--feature-dtype fp32"), "predictions_out": (None, "no --predictions-out")}
 
 
@@ -127,6 +127,9 @@ def check_typed(config, meta) -> None:
         if getattr(config, name) != wanted:
             raise ValueError(f"a typed graph trains with {fix} so far (got --{name.replace('_', '-')} "
                              f"{getattr(config, name)}): use {fix}")
+    if config.mode == "sampled" and config.device != "cpu":
+        raise ValueError(f"sampled training of a typed graph runs on the CPU so far (got --device {config.device}): "
+                         f"use --device cpu, or --mode full")
     if config.model.batch_norm:
         raise ValueError("a typed graph trains without --batch-norm so far: drop it")
     if model_class(config.model.model).attention:

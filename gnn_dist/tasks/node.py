@@ -15,10 +15,11 @@ class NodeTask(Task):
 
     @property
     def training_modes(self):  # type: ignore[override]
+        from gnn_dist.hetero.mini_batch import TypedMiniBatchMode
         from gnn_dist.steps.full_batch import FullBatchMode
         from gnn_dist.steps.mini_batch import MiniBatchMode
 
-        return {"full": FullBatchMode, "sampled": MiniBatchMode}
+        return {"full": FullBatchMode, "sampled": MiniBatchMode if self.meta.hetero is None else TypedMiniBatchMode}
 
     def output_width(self) -> int:
         return self.meta.num_classes

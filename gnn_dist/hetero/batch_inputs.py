@@ -1,0 +1,153 @@
+"""The typed inputs of a sampled batch: each sampled node's row at --hidden width, from its type's source.
+
+- A featured type's raw features come from a feature store of that type alone (gnn_dist.graph.feature_store:
+  owned rows, the halo's rows fetched at set-up, the type's share of the static cache, else the owner), then
+  go through the type's Linear, replicated like every weight.
+- A featureless type's rows are its embedding rows (EmbeddingRows): the owned ones read from this rank's shard,
+  the others fetched from their owners at the start of the step (after the previous step's update, as one
+  process would see them), never cached since every step changes them. After the backward, each fetched row's
+  gradient goes back to its owner, who gathers the rows its batch and its peers' batches touched into one
+  sparse gradient of its shard; the shard then steps with torch.optim.SparseAdam's rule (gnn_dist.hetero
+  .mini_batch), so only touched rows move.
+
+Shapes: rows() -> [nodes of the outermost level, hidden], in the sample's order
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from gnn_dist.graph.feature_store import FeatureStore
+from gnn_dist.hetero.sampler import TypedSampler
+
+
+class EmbeddingRows:
+    """Rows of one featureless type's table, by global id, and their gradients back to the owners.
+
+    fetch() and push_gradients() are collectives: every rank calls each once per step per table, in type
+    order, with or without rows of its own."""
+
+    def __init__(self, sampler: TypedSampler, shard: torch.nn.Parameter, owned_positions: np.ndarray):
+        self.sampler, self.shard = sampler, shard
+        self.comm = sampler.comm
+        self.shard_row = np.full(sampler.part.n_owned, -1, dtype=np.int64)  # owned local position -> shard row
+        self.shard_row[owned_positions] = np.arange(len(owned_positions))
+        self._pending: tuple | None = None  # what push_gradients needs of the last fetch
+
+    def fetch(self, global_ids: np.ndarray) -> torch.Tensor:
+        """The current rows of these nodes (all of this type): a leaf that collects their gradients."""
+        sampler, comm = self.sampler, self.comm
+        owners = sampler.owner_of(global_ids)
+        mine = owners == sampler.rank
+        rows = torch.empty(len(global_ids), self.shard.shape[1], dtype=self.shard.dtype)
+        own_rows = torch.from_numpy(self.shard_row[global_ids[mine] - sampler.first])
+        rows[torch.from_numpy(np.flatnonzero(mine))] = self.shard.detach()[own_rows]
+        remote = np.flatnonzero(~mine)
+        remote = remote[np.argsort(owners[remote], kind="stable")]
+        counts = np.bincount(owners[remote], minlength=comm.size)
+        asked, asked_counts = sampler._exchange_ints(global_ids[remote], counts)
+        asked_rows = torch.from_numpy(self.shard_row[asked - sampler.first])
+        received = torch.empty(len(remote), self.shard.shape[1], dtype=self.shard.dtype)
+        sampler.counters.feature_bytes += comm.alltoallv(self.shard.detach()[asked_rows].contiguous(), asked_counts,
+                                                         received, counts)
+        rows[torch.from_numpy(remote)] = received
+        self._pending = own_rows, torch.from_numpy(np.flatnonzero(mine)), torch.from_numpy(remote), counts, \
+            asked_rows, asked_counts
+        return rows.requires_grad_()
+
+    def push_gradients(self, rows: torch.Tensor, scale: float) -> torch.Tensor:
+        """The shard's sparse gradient (times `scale`): this rank's own rows' gradients and those its peers
+        send back for the rows they fetched, summed per row (collective)."""
+        own_rows, own_at, remote, counts, asked_rows, asked_counts = self._pending
+        self._pending = None
+        grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
+        back = torch.empty(len(asked_rows), grad.shape[1], dtype=grad.dtype)
+        self.sampler.counters.feature_bytes += self.comm.alltoallv(grad[remote].contiguous(), counts, back,
+                                                                   asked_counts)
+        index = torch.cat([own_rows, asked_rows]).unsqueeze(0)
+        values = torch.cat([grad[own_at], back]) * scale
+        return torch.sparse_coo_tensor(index, values, tuple(self.shard.shape), check_invariants=True).coalesce()
+
+
+@dataclasses.dataclass
+class GatheredInputs:
+    """What prepare() gathered of a batch's inputs: per featured type its rows' positions and raw features, per
+    featureless type its rows' positions and global ids (their rows are fetched when the step starts)."""
+
+    featured: dict   # type -> (positions, raw rows [n, width])
+    featureless: dict  # type -> (positions, global ids)
+    n_nodes: int
+
+
+class TypedBatchInputs:
+    def __init__(self, sampler: TypedSampler, inputs):
+        """inputs: the typed stack's TypedInputs (its Linears, shards, owned and halo rows per type)."""
+        self.sampler, self.inputs = sampler, inputs
+        typed, part = sampler.typed, sampler.part
+        self.stores: dict[str, FeatureStore] = {}
+        self.tables: dict[str, EmbeddingRows] = {}
+        for name in typed.node_types:
+            owned = inputs.owned_rows[name].cpu().numpy()
+            if name in inputs.linears:
+                halo = inputs.halo_rows[name].cpu().numpy()
+                served = np.full(part.n_owned, -1, dtype=np.int64)
+                served[owned] = np.arange(len(owned))
+                rows = torch.cat([inputs.owned_x[name].cpu(), inputs.halo_x[name].cpu()])
+                self.stores[name] = FeatureStore(sampler.comm, sampler, rows,
+                                                 row_ids=sampler.local_to_global[np.concatenate([owned,
+                                                                                                 part.n_owned + halo])],
+                                                 served_rows=served)
+            else:
+                self.tables[name] = EmbeddingRows(sampler, inputs.shards[name], owned)
+        self.fetched: dict[str, torch.Tensor] = {}  # featureless type -> the step's leaf rows
+
+    def gather(self, names: np.ndarray) -> GatheredInputs:
+        """The raw features of the batch's featured nodes (collective: each type's store fetches)."""
+        sampler = self.sampler
+        types, global_ids = sampler.type_of(names), sampler.global_of(names)
+        featured, featureless = {}, {}
+        for k, name in enumerate(sampler.typed.node_types):
+            positions = np.flatnonzero(types == k)
+            if name in self.stores:
+                featured[name] = torch.from_numpy(positions), self.stores[name].gather(global_ids[positions])
+            else:
+                featureless[name] = torch.from_numpy(positions), global_ids[positions]
+        return GatheredInputs(featured, featureless, len(names))
+
+    def count_remote(self, names: np.ndarray) -> None:
+        types, global_ids = self.sampler.type_of(names), self.sampler.global_of(names)
+        for name, store in self.stores.items():
+            store.count_remote(global_ids[types == self.sampler.typed.type_index(name)])
+
+    def rows(self, gathered: GatheredInputs) -> torch.Tensor:
+        """Every node's row at --hidden width: Linears over the raw features, fetched embedding rows (collective:
+        each table fetches, in type order)."""
+        inputs = self.inputs
+        pieces, positions = [], []
+        for name, (at, raw) in gathered.featured.items():
+            pieces.append(inputs.linears[name](raw))
+            positions.append(at)
+        self.fetched = {}
+        for name, (at, ids) in gathered.featureless.items():
+            self.fetched[name] = self.tables[name].fetch(ids)
+            pieces.append(self.fetched[name])
+            positions.append(at)
+        order = torch.empty(gathered.n_nodes, dtype=torch.int64)
+        order[torch.cat(positions)] = torch.arange(gathered.n_nodes)
+        return torch.cat(pieces).index_select(0, order)
+
+    def table_gradients(self, scale: float) -> dict:
+        """{type: its shard's sparse gradient} after the backward (collective, in type order)."""
+        return {name: table.push_gradients(self.fetched[name], scale) for name, table in self.tables.items()}
+
+    def fill_cache(self, budget_bytes: int) -> None:
+        """Share the cache among the featured types by the bytes their counted remote rows would take, each
+        type then caching its most requested rows (collective)."""
+        counted = {name: store.request_counts() for name, store in self.stores.items()}
+        wanted = {name: float(hits.sum()) * self.stores[name].x_full.shape[1] for name, (_, hits) in counted.items()}
+        total = sum(wanted.values())
+        for name, store in self.stores.items():
+            ids, hits = counted[name]
+            store.fill_cache(ids, hits, int(budget_bytes * wanted[name] / total) if total else 0)

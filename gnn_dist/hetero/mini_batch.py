@@ -1,0 +1,123 @@
+"""Sampled mini-batch training on a typed graph (`--mode sampled` on a typed partition).
+
+The homogeneous mode's loop (gnn_dist.steps.mini_batch: batches of this rank's training nodes, all ranks the
+same number of steps, the next batch prepared during this one's allreduce, one allreduce of the replicated
+gradients per step) with a typed batch:
+- the sample: per hop, up to the fanout per relation (gnn_dist.hetero.sampler);
+- the inputs: each type's rows from its own source (gnn_dist.hetero.batch_inputs): featured types' raw features
+  through their Linears, featureless types' embedding rows fetched from their owners when the step starts;
+- the layers: the typed stack's own (R-GCN, R-GAT), each on its block's relations (forward_block), with keyed
+  dropout before every layer as in homogeneous sampled training;
+- the update: the replicated weights step with the run's Adam (weight decay included); each embedding shard
+  steps with torch.optim.SparseAdam's rule on the rows the step touched on any rank (their gradients summed at
+  the owner), with one step count for the table and no weight decay, as a single process trains an
+  nn.Embedding(sparse=True) with SparseAdam. Full-batch training instead moves every row every step
+  (docs/hetero.md says so). The table's moments live in the run's optimizer state, so checkpoints write and
+  re-shard them by id as in full-batch training.
+
+Validation and test accuracy come from the typed stack's exact full-batch forward.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import torch
+
+from gnn_dist.hetero.batch_inputs import GatheredInputs, TypedBatchInputs
+from gnn_dist.hetero.sampler import TypedSampler
+from gnn_dist.hetero.typed_part import edges_operator
+from gnn_dist.nn.dropout import keyed_dropout
+from gnn_dist.steps.mini_batch import MiniBatchMode
+
+
+@dataclasses.dataclass
+class TypedPreparedBatch:
+    gathered: GatheredInputs  # the raw features of featured nodes, the ids of featureless ones
+    blocks: list              # gnn_dist.hetero.sampler.TypedBlock, hop 1 first
+    operators: list           # each layer's RelationOperator, outermost first
+    target_types: list        # each layer's targets' types (int64 [targets]), outermost first
+    node_ids: torch.Tensor    # int64 [n_nodes]: global ids (keys of the dropout masks)
+    targets: np.ndarray       # the seeds' local positions (their labels)
+
+
+class TypedMiniBatchMode(MiniBatchMode):
+    def build_sampling(self, part) -> None:
+        state, config = self.state, self.config
+        self.sampler = TypedSampler(state.exchanger.comm, part, list(config.fanouts), state.config.seed,
+                                    local_only=config.sampling == "local")
+        self.store = None
+        self.inputs = TypedBatchInputs(self.sampler, state.model.inputs)
+        self.part_labels = torch.from_numpy(np.asarray(part.y, dtype=np.int64))
+        self.shards = dict(state.model.inputs.shards.items())
+        self.tables = torch.optim.SparseAdam(list(self.shards.values()), lr=state.config.lr) if self.shards else None
+
+    def count_requests(self, on: bool | None = None) -> bool:
+        stores = self.inputs.stores.values()
+        if on is not None:
+            for store in stores:
+                store.count_requests = on
+        return any(store.count_requests for store in stores)
+
+    def count_remote(self, nodes: np.ndarray) -> None:
+        self.inputs.count_remote(nodes)
+
+    def cache_from_counts(self, budget_bytes: int) -> None:
+        self.inputs.fill_cache(budget_bytes)
+
+    def batch_seeds(self, epoch: int, batch: np.ndarray):
+        return self.sampler.names_of_owned(batch), batch
+
+    def batch_loss(self, out: torch.Tensor, targets) -> tuple[torch.Tensor, int]:
+        if len(targets) == 0:
+            return out.sum() * 0.0, 0
+        labels = self.part_labels[torch.from_numpy(targets)]
+        return torch.nn.functional.cross_entropy(out[:len(targets)], labels, reduction="sum"), len(targets)
+
+    def prepare(self, epoch: int, step: int, batch: np.ndarray) -> tuple[TypedPreparedBatch, float]:
+        seeds, targets = self.batch_seeds(epoch, batch)
+        names, blocks = self.sampler.sample(seeds, epoch, step)
+        gathered = self.inputs.gather(names)
+        start = time.perf_counter()
+        sampler, device = self.sampler, self.state.device
+        types = torch.from_numpy(sampler.type_of(names))
+        operators = [edges_operator(b.dst.numpy(), b.src.numpy(), b.relation.numpy(), b.n_dst, b.n_src,
+                                    sampler.num_relations, device) for b in reversed(blocks)]
+        batch_ = TypedPreparedBatch(gathered, blocks, operators, [types[:b.n_dst] for b in reversed(blocks)],
+                                    torch.from_numpy(sampler.global_of(names)), targets)
+        return batch_, time.perf_counter() - start
+
+    def forward_batch(self, batch: TypedPreparedBatch, layer_keys: list[int]) -> torch.Tensor:
+        model = self.state.model
+        h = self.inputs.rows(batch.gathered)  # collective: the embedding rows of this step
+        p = model.config.dropout
+        for k, (conv, operator, target_types) in enumerate(zip(model.convs, batch.operators, batch.target_types)):
+            ids = batch.node_ids[:h.shape[0]]
+            h = keyed_dropout(h, ids, layer_keys[k], p, model.training, relu=k > 0, inplace=k > 0)
+            conv.pass_key = layer_keys[k]
+            h = conv.forward_block(h, operator, target_types, ids)
+        return h
+
+    def optimizer_step(self, global_terms: float) -> None:
+        """Adam on the replicated weights (the shards hold no dense gradient, so it leaves them), then each
+        shard's SparseAdam step on its touched rows. Every rank steps every table every step, touched rows or
+        none, so the table's one step count is the run's step count on every rank."""
+        optimizer = self.state.optimizer
+        optimizer.step()
+        if self.tables is None:
+            return
+        gradients = self.inputs.table_gradients(1.0 / global_terms)  # collective, in type order
+        for name, shard in self.shards.items():
+            # one state for the shard: the run's optimizer's, which checkpoints write and resumes re-shard. Laid
+            # out as Adam's (the step a tensor), which SparseAdam's rule reads alike, so a checkpoint of either
+            # mode resumes in the other.
+            state = optimizer.state[shard]
+            if not state:
+                state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(shard.detach()),
+                             exp_avg_sq=torch.zeros_like(shard.detach()))
+            self.tables.state[shard] = state
+            shard.grad = gradients[name]
+        self.tables.step()
+        for shard in self.shards.values():
+            shard.grad = None
