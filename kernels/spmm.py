@@ -62,9 +62,11 @@ class SparseOperator:
 
     @classmethod
     def from_coo(cls, rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor,
-                 shape: tuple[int, int], with_transpose: bool = True) -> SparseOperator:
+                 shape: tuple[int, int], with_transpose: bool = True, rows_sorted: bool = False) -> SparseOperator:
+        """rows_sorted: the entries come grouped by row already, and the matrix may keep each row's columns in
+        the given order (not for operators whose column ranges are asked: sequential halos)."""
         transpose = _csr(cols, rows, values, (shape[1], shape[0])) if with_transpose else None
-        return cls(matrix=_csr(rows, cols, values, shape), transpose=transpose)
+        return cls(matrix=_csr(rows, cols, values, shape, rows_sorted), transpose=transpose)
 
     def with_values(self, values: torch.Tensor, transpose_order: torch.Tensor) -> SparseOperator:
         """The same sparsity with new values, given in the matrix's entry order; transpose_order[j] is the
@@ -130,9 +132,11 @@ class SparseOperator:
         return self.matrix.to_dense()
 
 
-def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-    order = torch.argsort(rows * max(shape[1], 1) + cols, stable=True)
-    rows, cols, values = rows[order], cols[order], values[order]
+def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int],
+         rows_sorted: bool = False) -> torch.Tensor:
+    if not rows_sorted:
+        order = torch.argsort(rows * max(shape[1], 1) + cols, stable=True)
+        rows, cols, values = rows[order], cols[order], values[order]
     crow = torch.zeros(shape[0] + 1, dtype=torch.int64, device=rows.device)
     crow[1:] = torch.cumsum(torch.bincount(rows, minlength=shape[0]), 0)
     if max(len(cols), shape[1]) < 2**31:

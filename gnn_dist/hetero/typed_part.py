@@ -69,8 +69,10 @@ class RelationOperator:
 
     def __init__(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray, offsets: np.ndarray,
                  nodes: np.ndarray, n_owned: int, n_columns: int, device: torch.device):
-        order = np.argsort(rows, kind="stable")  # entries grouped by row, so by relation too
-        self._rows, self._cols, self._values = rows[order], cols[order], values[order]
+        if len(rows) > 1 and not bool(np.all(rows[1:] >= rows[:-1])):  # a sampled block's come grouped already
+            order = np.argsort(rows, kind="stable")  # entries grouped by row, so by relation too
+            rows, cols, values = rows[order], cols[order], values[order]
+        self._rows, self._cols, self._values = rows, cols, values
         self._entry_offsets = np.searchsorted(self._rows, offsets)
         self.offsets = tuple(int(o) for o in offsets)
         self.nodes = torch.from_numpy(nodes).to(device)
@@ -149,9 +151,10 @@ class RelationOperator:
 
 def _operator(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tuple[int, int],
               device: torch.device) -> SparseOperator:
+    # the entries are grouped by row (RelationOperator keeps them so): the matrix needs no sort
     return SparseOperator.from_coo(torch.from_numpy(rows.astype(np.int64)).to(device),
                                    torch.from_numpy(cols.astype(np.int64)).to(device),
-                                   torch.from_numpy(values.astype(np.float32)).to(device), shape)
+                                   torch.from_numpy(values.astype(np.float32)).to(device), shape, rows_sorted=True)
 
 
 def relation_operator(part: PartData, num_relations: int, device: torch.device) -> RelationOperator:
@@ -167,8 +170,14 @@ def edges_operator(destination: np.ndarray, source: np.ndarray, relation: np.nda
     n_destinations), source columns in [0, n_columns), each edge's relation index."""
     n = n_destinations
     pair = relation.astype(np.int64) * n + destination  # sorted pairs: relation-major, then node
-    pairs, rows, counts = np.unique(pair, return_inverse=True, return_counts=True)
-    rows = rows.reshape(-1)
+    if len(pair) and bool(np.all(pair[1:] >= pair[:-1])):
+        # a sampled block's edges come sorted by (relation, target): its pairs are runs, found without a sort
+        first = np.flatnonzero(np.concatenate([[True], pair[1:] != pair[:-1]]))
+        pairs, counts = pair[first], np.diff(np.append(first, len(pair)))
+        rows = np.repeat(np.arange(len(first), dtype=np.int64), counts)
+    else:
+        pairs, rows, counts = np.unique(pair, return_inverse=True, return_counts=True)
+        rows = rows.reshape(-1)
     offsets = np.searchsorted(pairs, np.arange(num_relations + 1, dtype=np.int64) * n)
     values = (1.0 / counts[rows]).astype(np.float32)
     return RelationOperator(rows, source, values, offsets, pairs % max(n, 1), n, n_columns, device)
