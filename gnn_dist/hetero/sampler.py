@@ -76,45 +76,52 @@ class TypedSampler(DistributedSampler):
         return names % self.num_types
 
     def sample_owned_typed(self, local_rows: np.ndarray, fanout: int, keys: list) -> tuple[np.ndarray, np.ndarray]:
-        """(counts [rows, R], the neighbours' names node-major, each node's relations in order)."""
+        """(counts [rows, R], the neighbours' names relation-major: relation 0's draws row by row, then
+        relation 1's, ...)."""
         counts, picked = zip(*(csr.sample(local_rows, fanout, key) for csr, key in zip(self.relation_csrs, keys)))
-        counts = np.stack(counts, axis=1) if counts else np.zeros((len(local_rows), 0), dtype=np.int64)
-        picked = np.concatenate(picked) if picked else np.zeros(0, dtype=np.int64)
-        # relation-major to node-major: a stable sort by row keeps each row's relations in order
-        row_of = np.concatenate([np.repeat(np.arange(len(local_rows), dtype=np.int64), counts[:, r])
-                                 for r in range(counts.shape[1])]) if counts.shape[1] else picked
-        return counts, picked[np.argsort(row_of, kind="stable")]
+        return np.stack(counts, axis=1), np.concatenate(picked)
 
     def sample_typed_hop(self, frontier: np.ndarray, fanout: int, keys: list) -> tuple[np.ndarray, np.ndarray]:
-        """Sample every relation for every frontier node (names): (counts [frontier, R], sources' names grouped
-        by node, then by relation). One request and one reply round whoever owns the nodes."""
+        """Sample every relation for every frontier node (names): (counts [frontier, R], the sources' names
+        relation-major, each relation's in frontier order). One request and one reply round whoever owns the
+        nodes; no sort anywhere, only contiguous runs moved (each owner's draws are relation-major over the rows
+        it was asked, so a relation's draws for one asker are one run)."""
         R = self.num_relations
         owners = self.owner_of(self.global_of(frontier))
         mine = np.flatnonzero(owners == self.rank)
         own_counts, own_sources = self.sample_owned_typed(self.global_of(frontier[mine]) - self.first, fanout, keys)
         if self.comm.size == 1:
-            return own_counts, own_sources
+            return own_counts, own_sources  # every frontier node is this rank's, in frontier order
         counts = np.zeros((len(frontier), R), dtype=np.int64)
         counts[mine] = own_counts
-        remote = np.zeros(0, dtype=np.int64)
-        got_sources = np.zeros(0, dtype=np.int64)
+        groups = [(mine, own_counts, own_sources)]
         if not self.local_only:
             remote = np.flatnonzero(owners != self.rank)
             remote = remote[np.argsort(owners[remote], kind="stable")]
             request_counts = np.bincount(owners[remote], minlength=self.comm.size)
             asked, asked_counts = self._exchange_ints(frontier[remote], request_counts)
             answer_counts, answer_sources = self.sample_owned_typed(self.global_of(asked) - self.first, fanout, keys)
-            asker = np.repeat(np.arange(self.comm.size), asked_counts)
-            sources_per_peer = np.bincount(asker, weights=answer_counts.sum(1),
-                                           minlength=self.comm.size).astype(np.int64)
+            per_asker = _per_group_sums(answer_counts, asked_counts)  # [peers, R]
+            # relation-major over every asker's rows -> asker-major, relation-major within an asker: runs moved
+            run_starts = (np.cumsum(per_asker.ravel(order="F")) - per_asker.ravel(order="F")).reshape(per_asker.shape,
+                                                                                                      order="F")
+            answer_sources = answer_sources[_ranges(run_starts.ravel(), per_asker.ravel())]
             got_counts, _ = self._exchange_ints(answer_counts.reshape(-1), asked_counts * R)
-            got_sources, _ = self._exchange_ints(answer_sources, sources_per_peer)
-            counts[remote] = got_counts.reshape(-1, R)
-        totals = counts.sum(1)
-        offsets = np.cumsum(totals) - totals
-        sources = np.empty(int(totals.sum()), dtype=np.int64)
-        sources[_ranges(offsets[mine], totals[mine])] = own_sources
-        sources[_ranges(offsets[remote], totals[remote])] = got_sources
+            got_sources, _ = self._exchange_ints(answer_sources, per_asker.sum(1))
+            got_counts = got_counts.reshape(-1, R)
+            counts[remote] = got_counts
+            row_bounds = np.concatenate([[0], np.cumsum(request_counts)])
+            source_bounds = np.concatenate([[0], np.cumsum(_per_group_sums(got_counts, request_counts).sum(1))])
+            for q in range(self.comm.size):
+                rows = slice(row_bounds[q], row_bounds[q + 1])
+                groups.append((remote[rows], got_counts[rows], got_sources[source_bounds[q]:source_bounds[q + 1]]))
+        # each group's draws land at their places: relation r's draws for frontier node i start at
+        # (every relation before r's draws) + (relation r's draws for the nodes before i)
+        flat = counts.T.ravel()
+        place = (np.cumsum(flat) - flat).reshape(R, len(frontier))
+        sources = np.empty(int(flat.sum()), dtype=np.int64)
+        for rows, group_counts, group_sources in groups:
+            sources[_ranges(place[:, rows].ravel(), group_counts.T.ravel())] = group_sources
         return counts, sources
 
     def sample(self, seeds: np.ndarray, epoch: int, step: int) -> tuple[np.ndarray, list[TypedBlock]]:
@@ -127,9 +134,9 @@ class TypedSampler(DistributedSampler):
         for hop, fanout in enumerate(self.fanouts):
             keys = [sample_key(self.seed, epoch, step, hop, relation=r) for r in range(self.num_relations)]
             counts, sources = self.sample_typed_hop(nodes, fanout, keys)
-            dst = np.repeat(np.arange(len(nodes), dtype=np.int64), counts.sum(1))
-            relation = np.repeat(np.tile(np.arange(self.num_relations, dtype=np.int64), len(nodes)),
-                                 counts.reshape(-1))
+            # relation-major, each relation's edges in target order: sorted by (relation, target)
+            dst = np.repeat(np.tile(np.arange(len(nodes), dtype=np.int64), self.num_relations), counts.T.ravel())
+            relation = np.repeat(np.arange(self.num_relations, dtype=np.int64), counts.sum(0))
             new, src = relabel.extend(sources)
             level = np.concatenate([nodes, new])
             blocks.append(TypedBlock(torch.from_numpy(dst), torch.from_numpy(src), torch.from_numpy(relation),
@@ -137,3 +144,11 @@ class TypedSampler(DistributedSampler):
             nodes = level
         self.counters.sample_s += time.perf_counter() - start
         return nodes, blocks
+
+
+def _per_group_sums(counts: np.ndarray, group_sizes: np.ndarray) -> np.ndarray:
+    """[groups, R]: the rows of counts [rows, R] summed over consecutive groups of group_sizes rows."""
+    running = np.zeros((len(counts) + 1, counts.shape[1]), dtype=np.int64)
+    np.cumsum(counts, axis=0, out=running[1:])
+    bounds = np.concatenate([[0], np.cumsum(group_sizes)])
+    return running[bounds[1:]] - running[bounds[:-1]]
