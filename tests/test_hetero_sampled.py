@@ -278,3 +278,25 @@ def test_sampled_typed_training_learns_and_the_per_type_cache_changes_no_number(
     assert [r["loss"] for r in epochs] == [r["loss"] for r in curves["0"] if "final" not in r]
     assert epochs[-1]["loss"] < 0.8 * epochs[0]["loss"]
     assert sum(r["cache_hits"] for r in epochs) > 0
+
+
+def test_the_tables_update_is_torch_sparse_adams_over_several_steps():
+    """sparse_adam_step against torch.optim.SparseAdam on the same table and the same sparse gradients, four
+    steps with different rows touched (one step touching none, which still counts as a step, as every rank
+    steps every table every step): the same rows, moments and step count."""
+    from gnn_dist.hetero.mini_batch import sparse_adam_step
+
+    generator = torch.Generator().manual_seed(3)
+    table = torch.randn(12, 4, generator=generator)
+    reference = torch.nn.Parameter(table.clone())
+    theirs = torch.optim.SparseAdam([reference], lr=0.05)
+    ours, state = table.clone(), {}
+    for rows in ([0, 3, 7], [3, 4], [], [0, 11, 7, 5]):
+        index = torch.tensor(rows, dtype=torch.int64).reshape(1, -1)
+        grad = torch.sparse_coo_tensor(index, torch.randn(len(rows), 4, generator=generator), (12, 4)).coalesce()
+        reference.grad = grad
+        theirs.step()
+        sparse_adam_step(ours, state, grad, 0.05, (0.9, 0.999), 1e-8)
+        assert torch.allclose(ours, reference.detach(), atol=1e-6)
+    assert float(state["step"]) == 4
+    assert torch.allclose(state["exp_avg_sq"], theirs.state[reference]["exp_avg_sq"], atol=1e-7)

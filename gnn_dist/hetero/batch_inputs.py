@@ -41,8 +41,11 @@ class EmbeddingRows:
         sampler, comm = self.sampler, self.comm
         owners = sampler.owner_of(global_ids)
         mine = owners == sampler.rank
-        rows = torch.empty(len(global_ids), self.shard.shape[1], dtype=self.shard.dtype)
         own_rows = torch.from_numpy(self.shard_row[global_ids[mine] - sampler.first])
+        if comm.size == 1:  # every row is this rank's: one gather, and nothing sent back after the backward
+            self._pending = own_rows, None, None, None, None, None
+            return self.shard.detach().index_select(0, own_rows).requires_grad_()
+        rows = torch.empty(len(global_ids), self.shard.shape[1], dtype=self.shard.dtype)
         rows[torch.from_numpy(np.flatnonzero(mine))] = self.shard.detach()[own_rows]
         remote = np.flatnonzero(~mine)
         remote = remote[np.argsort(owners[remote], kind="stable")]
@@ -63,6 +66,9 @@ class EmbeddingRows:
         own_rows, own_at, remote, counts, asked_rows, asked_counts = self._pending
         self._pending = None
         grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
+        if own_at is None:  # one rank: every row its own, in order
+            return torch.sparse_coo_tensor(own_rows.unsqueeze(0), grad * scale, tuple(self.shard.shape),
+                                           check_invariants=True).coalesce()
         back = torch.empty(len(asked_rows), grad.shape[1], dtype=grad.dtype)
         self.sampler.counters.feature_bytes += self.comm.alltoallv(grad[remote].contiguous(), counts, back,
                                                                    asked_counts)

@@ -9,7 +9,7 @@ gradients per step) with a typed batch:
 - the layers: the typed stack's own (R-GCN, R-GAT), each on its block's relations (forward_block), with keyed
   dropout before every layer as in homogeneous sampled training;
 - the update: the replicated weights step with the run's Adam (weight decay included); each embedding shard
-  steps with torch.optim.SparseAdam's rule on the rows the step touched on any rank (their gradients summed at
+  steps with torch.optim.SparseAdam's rule (sparse_adam_step) on the rows the step touched on any rank (their gradients summed at
   the owner), with one step count for the table and no weight decay, as a single process trains an
   nn.Embedding(sparse=True) with SparseAdam. Full-batch training instead moves every row every step
   (docs/hetero.md says so). The table's moments live in the run's optimizer state, so checkpoints write and
@@ -20,6 +20,7 @@ Validation and test accuracy come from the typed stack's exact full-batch forwar
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -51,7 +52,6 @@ class TypedMiniBatchMode(MiniBatchMode):
         self.inputs = TypedBatchInputs(self.sampler, state.model.inputs)
         self.part_labels = torch.from_numpy(np.asarray(part.y, dtype=np.int64))
         self.shards = dict(state.model.inputs.shards.items())
-        self.tables = torch.optim.SparseAdam(list(self.shards.values()), lr=state.config.lr) if self.shards else None
 
     def count_requests(self, on: bool | None = None) -> bool:
         stores = self.inputs.stores.values()
@@ -105,19 +105,37 @@ class TypedMiniBatchMode(MiniBatchMode):
         none, so the table's one step count is the run's step count on every rank."""
         optimizer = self.state.optimizer
         optimizer.step()
-        if self.tables is None:
+        if not self.shards:
             return
         gradients = self.inputs.table_gradients(1.0 / global_terms)  # collective, in type order
+        group = optimizer.param_groups[0]
         for name, shard in self.shards.items():
-            # one state for the shard: the run's optimizer's, which checkpoints write and resumes re-shard. Laid
-            # out as Adam's (the step a tensor), which SparseAdam's rule reads alike, so a checkpoint of either
-            # mode resumes in the other.
-            state = optimizer.state[shard]
-            if not state:
-                state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(shard.detach()),
-                             exp_avg_sq=torch.zeros_like(shard.detach()))
-            self.tables.state[shard] = state
-            shard.grad = gradients[name]
-        self.tables.step()
-        for shard in self.shards.values():
-            shard.grad = None
+            # the shard's state is the run's optimizer's, which checkpoints write and resumes re-shard; laid out
+            # as Adam's, so a checkpoint of either mode resumes in the other
+            sparse_adam_step(shard, optimizer.state[shard], gradients[name], group["lr"], group["betas"],
+                             group["eps"])
+
+
+@torch.no_grad()
+def sparse_adam_step(parameter: torch.Tensor, state: dict, grad: torch.Tensor, lr: float, betas: tuple,
+                     eps: float) -> None:
+    """torch.optim.SparseAdam's update of the rows a coalesced sparse gradient holds (its moments decay only
+    there; one step count for the whole table; no weight decay), with index ops on those rows rather than
+    torch's sparse_mask and sparse additions over the whole table, which took most of a step's update on
+    ogbn-mag's shape. Held to torch.optim.SparseAdam by tests/test_hetero_sampled.py."""
+    if not state:
+        state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(parameter), exp_avg_sq=torch.zeros_like(parameter))
+    state["step"] += 1
+    rows, values = grad.indices()[0], grad.values()
+    if len(rows) == 0:
+        return
+    beta1, beta2 = betas
+    exp_avg = state["exp_avg"].index_select(0, rows)
+    exp_avg_sq = state["exp_avg_sq"].index_select(0, rows)
+    exp_avg.add_(values.sub(exp_avg).mul_(1 - beta1))  # old + (1 - b) (new - old), as SparseAdam writes it
+    exp_avg_sq.add_(values.pow(2).sub_(exp_avg_sq).mul_(1 - beta2))
+    state["exp_avg"].index_copy_(0, rows, exp_avg)
+    state["exp_avg_sq"].index_copy_(0, rows, exp_avg_sq)
+    step = float(state["step"])
+    step_size = lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+    parameter.index_add_(0, rows, exp_avg.div_(exp_avg_sq.sqrt_().add_(eps)), alpha=-step_size)
