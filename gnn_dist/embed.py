@@ -134,7 +134,7 @@ def _typed_rows(config: EmbedConfig, meta, part, exchanger, model_config: ModelC
     from gnn_dist.resilience.checkpoint import shard_files
     from gnn_dist.resilience.sharded import restore_model
 
-    model = TypedStack(model_config, manifest["widths"][1], part, exchanger, seed=0)
+    model = TypedStack(model_config, manifest["widths"][1], part, exchanger, seed=0, layerwise=True)
     try:
         restore_model(model, weights, shard_files(config.checkpoint_dir))
     except ValueError as err:

@@ -23,9 +23,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from gnn_dist.graph.sampler import _ranges
 from gnn_dist.halo.exchange import HaloExchanger
 from gnn_dist.hetero.inputs import TypedInputs
-from gnn_dist.hetero.typed_part import TypedPart, relation_operator
+from gnn_dist.hetero.typed_part import TypedPart, edges_operator, relation_operator
 from gnn_dist.kernels.keyed_random import stream_key
 from gnn_dist.models import model_class
 from gnn_dist.nn.dropout import keyed_dropout
@@ -33,7 +34,10 @@ from gnn_dist.partition.format import PartData
 
 
 class TypedStack(nn.Module):
-    def __init__(self, config, out_dim: int, part: PartData, exchanger: HaloExchanger, seed: int):
+    def __init__(self, config, out_dim: int, part: PartData, exchanger: HaloExchanger, seed: int,
+                 layerwise: bool = False):
+        """layerwise: the stack never runs a whole forward (sampled training, embed): it keeps the part's typed
+        CSR for forward_layerwise's chunks and builds none of the whole-part relation forms."""
         super().__init__()
         config.validate()
         self.config = config
@@ -62,8 +66,14 @@ class TypedStack(nn.Module):
             conv.bind_types(owned_type, destinations, len(typed.node_types))
             conv.column_ids = self.column_ids  # keyed draws inside a layer (R-GAT's attention dropout)
         self.convs[-1].restrict_output(self.output_rows)
-        for k, conv in enumerate(self.convs):
-            conv.build_forms(exchanges=k > 0)
+        self.owned_type = owned_type
+        self.structure = None
+        if layerwise:  # the chunks' operators come from the part's CSR, with each entry's relation
+            self.structure = (part.indptr, part.indices, part.edge_type, part.n_owned + part.n_halo,
+                              typed.num_relations)
+        else:
+            for k, conv in enumerate(self.convs):
+                conv.build_forms(exchanges=k > 0)
         operator.release_entries()  # every layer's forms are built: the entries they came from go
         generator = torch.Generator().manual_seed(seed)
         self.inputs.reset_parameters(generator)
@@ -84,6 +94,9 @@ class TypedStack(nn.Module):
 
     def forward(self, x_full: torch.Tensor | None = None) -> torch.Tensor:
         """x_full is ignored (a typed graph's inputs are the model's own); the argument keeps the stacks' call."""
+        if self.structure is not None:
+            raise RuntimeError("this typed stack was built layerwise (sampled training, embed): it runs sampled "
+                               "blocks and forward_layerwise, whose forms it builds per chunk, not a whole forward")
         p = self.config.dropout
         self.exchanger.begin_pass(self.epoch, self.training)
         h = self.inputs()
@@ -109,8 +122,11 @@ class TypedStack(nn.Module):
 
     @torch.no_grad()
     def forward_layerwise(self, x_full: torch.Tensor | None, chunk_nodes: int, upto: int | None = None) -> torch.Tensor:
-        """Evaluation: the whole forward in eval mode (layer by layer in chunks is the homogeneous stacks' path;
-        a typed graph's evaluation holds one forward). With `upto`, layer upto's output after its ReLU."""
+        """Evaluation in eval mode; with `upto`, layer upto's output after its ReLU. A stack built layerwise
+        computes each layer for chunk_nodes output rows at a time (_chunked); otherwise one whole forward, through
+        the forms training built."""
+        if self.structure is not None:
+            return self._chunked(chunk_nodes, upto)
         if upto is None:
             return self.forward(x_full)
         self.exchanger.begin_pass(self.epoch, False)
@@ -120,3 +136,38 @@ class TypedStack(nn.Module):
             if k < len(self.convs) - 1:
                 h = torch.relu(h)
         return h
+
+    def _chunked(self, chunk_nodes: int, upto: int | None) -> torch.Tensor:
+        """Layer by layer: a layer's input rows ([owned | halo], its halo rows exchanged once, as a whole forward
+        sends them), then its output rows chunk_nodes at a time, each chunk from its rows' in-edges in the part's
+        CSR (the layer's block form, forward_block). Alive at once: a layer's input and output and one chunk's
+        operator and temporaries; no whole-part relation form is ever made."""
+        if chunk_nodes < 1:
+            raise ValueError(f"--eval-chunk-nodes must be at least 1, got {chunk_nodes}")
+        self.exchanger.begin_pass(self.epoch, False)
+        last = len(self.convs) - 1
+        h = self.inputs()  # [owned | halo]: the typed inputs bring the halo's rows
+        all_owned = torch.arange(len(self.owned_type), device=h.device)
+        for k, conv in enumerate(self.convs[:None if upto is None else upto + 1]):
+            full = h if k == 0 else self.exchanger.gather(h, conv.slot)
+            rows = self.output_rows if k == last else all_owned
+            out = torch.empty(len(rows), conv.out_dim, device=h.device)
+            for start in range(0, len(rows), chunk_nodes):
+                chunk = rows[start:start + chunk_nodes]
+                out[start:start + len(chunk)] = conv.forward_block(full, self._chunk_operator(chunk),
+                                                                   self.owned_type.index_select(0, chunk),
+                                                                   x_dst=full.index_select(0, chunk))
+            del full
+            h = torch.relu_(out) if k < last else out
+        return h
+
+    def _chunk_operator(self, rows: torch.Tensor):
+        """The relations into these owned rows, over [owned | halo] columns, from the part's CSR."""
+        indptr, indices, edge_type, n_columns, num_relations = self.structure
+        rows = rows.cpu().numpy()
+        starts = indptr[rows]
+        degrees = indptr[rows + 1] - starts
+        entries = _ranges(starts, degrees)
+        return edges_operator(np.repeat(np.arange(len(rows), dtype=np.int64), degrees),
+                              indices[entries].astype(np.int64), edge_type[entries], len(rows), n_columns,
+                              num_relations, self.output_rows.device)

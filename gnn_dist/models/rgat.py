@@ -122,10 +122,13 @@ class DistRGATConv(RelationConv):
         return out
 
     def forward_block(self, x_src: torch.Tensor, relations, dst_type: torch.Tensor,
-                      ids: torch.Tensor | None = None) -> torch.Tensor:
-        """A sampled block (sampled mode): x_src [sources, in] (the targets first), relations the block's
-        RelationOperator, dst_type [targets] each target's type, ids [sources] the keys of attention dropout.
-        Returns [targets, out]: each relation's softmax over the neighbours sampled for it."""
+                      ids: torch.Tensor | None = None, x_dst: torch.Tensor | None = None) -> torch.Tensor:
+        """A block (a sampled batch's, or a chunk of evaluation's rows): x_src [sources, in], relations the block's
+        RelationOperator, dst_type [targets] each target's type, ids [sources] the keys of attention dropout
+        (a sampled block's targets are its first sources), x_dst the targets' rows (by default the first of
+        x_src). Returns [targets, out]: each relation's softmax over the block's neighbours."""
+        if x_dst is None:
+            x_dst = x_src[:relations.n_owned]
         out = self._type_bias().index_select(0, dst_type)
         for r in range(relations.num_relations):
             if relations.offsets[r + 1] == relations.offsets[r]:
@@ -139,7 +142,7 @@ class DistRGATConv(RelationConv):
                 key = self._relation_key(r)
                 dropout = EdgeDropout.keyed(ids.index_select(0, reached), ids.index_select(0, sources), self.heads,
                                             key, self.attn_dropout)
-            add_rows_(out, reached, attention(operator, source, x_src.index_select(0, reached) @ self._folded(r),
+            add_rows_(out, reached, attention(operator, source, x_dst.index_select(0, reached) @ self._folded(r),
                                               self.heads, None, dropout))
         return out
 

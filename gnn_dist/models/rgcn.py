@@ -119,12 +119,13 @@ class DistRGCNConv(RelationConv):
         return out
 
     def forward_block(self, x_src: torch.Tensor, relations, dst_type: torch.Tensor,
-                      ids: torch.Tensor | None = None) -> torch.Tensor:
-        """A sampled block (sampled mode): x_src [sources, in] (the targets first), relations the block's
-        RelationOperator (gnn_dist.hetero.typed_part.edges_operator). Returns [targets, out]: each relation's mean
-        over the neighbours sampled for it, aggregated first (a batch's sources are few), plus root and bias."""
+                      ids: torch.Tensor | None = None, x_dst: torch.Tensor | None = None) -> torch.Tensor:
+        """A block (a sampled batch's, or a chunk of evaluation's rows): x_src [sources, in], relations the block's
+        RelationOperator (gnn_dist.hetero.typed_part.edges_operator), x_dst the targets' rows (by default the first
+        of x_src, as in a sampled block). Returns [targets, out]: each relation's mean over the block's neighbours,
+        aggregated first (a block's sources are few), plus root and bias."""
         weights = self.relation_weights()
-        out = torch.addmm(self.bias, x_src[:relations.n_owned], self.root)
+        out = torch.addmm(self.bias, x_src[:relations.n_owned] if x_dst is None else x_dst, self.root)
         computed = tuple(r for r in range(relations.num_relations) if relations.offsets[r + 1] > relations.offsets[r])
         if computed:
             aggregated = spmm(relations.stacked(computed), x_src)

@@ -67,7 +67,9 @@ class Task:
         if self.meta.hetero is not None:
             from gnn_dist.hetero.stack import TypedStack
 
-            return TypedStack(self.config.model, self.output_width(), part, exchanger, self.config.seed)
+            # sampled training evaluates layer by layer from the part's CSR: no whole-part forms are built
+            return TypedStack(self.config.model, self.output_width(), part, exchanger, self.config.seed,
+                              layerwise=self.config.mode == "sampled")
         from gnn_dist.steps.layer_stack import LayerStack
 
         return LayerStack(self.config.model, self.meta.num_features, self.output_width(), graph, exchanger,
