@@ -266,6 +266,60 @@ torch::Tensor masked_scale(torch::Tensor grad, torch::Tensor mask, double scale)
   return out;
 }
 
+// SparseAdam's update of some rows of a table, in one pass over each row (gnn_dist/hetero/mini_batch.py's
+// sparse_adam_step, whose torch formulation reads and writes every row's moments several times): for each
+// listed row r (each once) with gradient g, m += (g - m)(1 - beta1), v += (g^2 - v)(1 - beta2), and
+// param -= step_size * m / (sqrt(v) + eps), in float32 as torch.optim.SparseAdam computes it.
+// no-math-errno: sqrt may then be vectorised (it sets no errno on a negative input, which v never is)
+__attribute__((optimize("no-math-errno"))) void sparse_adam_rows(torch::Tensor param, torch::Tensor exp_avg, torch::Tensor exp_avg_sq, torch::Tensor rows,
+                      torch::Tensor grad, double step_size, double beta1, double beta2, double eps) {
+  on_host({param, exp_avg, exp_avg_sq, rows, grad}, "sparse_adam_rows");
+  TORCH_CHECK(param.scalar_type() == torch::kFloat32 && exp_avg.scalar_type() == torch::kFloat32 &&
+              exp_avg_sq.scalar_type() == torch::kFloat32 && grad.scalar_type() == torch::kFloat32,
+              "float32 table, moments and gradient");
+  TORCH_CHECK(param.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous(),
+              "contiguous table and moments (they are updated in place)");
+  TORCH_CHECK(rows.scalar_type() == torch::kInt64 && rows.dim() == 1 && grad.dim() == 2 &&
+              grad.size(0) == rows.size(0) && grad.size(1) == param.size(1) && param.sizes() == exp_avg.sizes() &&
+              param.sizes() == exp_avg_sq.sizes(), "rows [m], grad [m, width] of a [n, width] table");
+  grad = grad.contiguous();
+  rows = rows.contiguous();
+  const int64_t m = rows.size(0), width = param.size(1), n = param.size(0);
+  const int64_t* r = rows.data_ptr<int64_t>();
+  for (int64_t i = 0; i < m; ++i) TORCH_CHECK(r[i] >= 0 && r[i] < n, "sparse_adam_rows: row out of range");
+  float* p = param.data_ptr<float>();
+  float* ma = exp_avg.data_ptr<float>();
+  float* va = exp_avg_sq.data_ptr<float>();
+  const float* g = grad.data_ptr<float>();
+  const float b1 = static_cast<float>(1.0 - beta1), b2 = static_cast<float>(1.0 - beta2);
+  const float size = static_cast<float>(step_size), epsilon = static_cast<float>(eps);
+  at::parallel_for(0, m, 256, [&](int64_t begin, int64_t end) {
+    constexpr int64_t ahead = 8;  // rows are scattered over the table: fetch a later row's lines meanwhile
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + ahead < end) {
+        const int64_t later = r[i + ahead] * width;
+        for (int64_t c = 0; c < width; c += 16) {
+          __builtin_prefetch(p + later + c, 1);
+          __builtin_prefetch(ma + later + c, 1);
+          __builtin_prefetch(va + later + c, 1);
+        }
+      }
+      const int64_t at = r[i] * width;
+      const float* __restrict__ gi = g + i * width;
+      float* __restrict__ pi = p + at;
+      float* __restrict__ mi = ma + at;
+      float* __restrict__ vi = va + at;
+      for (int64_t c = 0; c < width; ++c) {
+        const float mean = mi[c] + (gi[c] - mi[c]) * b1;
+        const float square = vi[c] + (gi[c] * gi[c] - vi[c]) * b2;
+        mi[c] = mean;
+        vi[c] = square;
+        pi[c] -= size * (mean / (std::sqrt(square) + epsilon));
+      }
+    }
+  });
+}
+
 // 3. Uniform neighbour sampling without replacement, the kernel of gnn_dist/graph/sampler.py's
 // sample_owned: candidate u of target v scores splitmix(splitmix(orig(v) ^ key) ^ orig(u)), and the
 // `fanout` smallest scores win (ties by CSR position), listed in CSR order: exactly the numpy path's
@@ -689,6 +743,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("csr_spmm", &csr_spmm, "CSR sparse x dense (+ bias)", without_gil);
   m.def("csr_spmm_into", &csr_spmm_into, "rows of a CSR product from per-row entry ranges, into y (or added)",
         without_gil);
+  m.def("sparse_adam_rows", &sparse_adam_rows, "SparseAdam's update of listed rows, in place", without_gil);
   m.def("masked_scale", &masked_scale, "grad * mask * scale (keyed dropout's backward)", without_gil);
   m.def("keyed_dropout", &keyed_dropout, "keyed dropout, optionally fused with the preceding ReLU", without_gil);
 }

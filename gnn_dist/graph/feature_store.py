@@ -74,16 +74,23 @@ class FeatureStore:
         """Features of `nodes` (global ids). Collective when fetching (every rank calls it once per step)."""
         start = time.perf_counter()
         counters = self.sampler.counters
-        local_hit, pos = self._lookup(self.known_sorted, nodes)
+        # An owned node's row is its local position (through served_rows for a store over some rows): only the
+        # others are searched among the halo's ids.
+        owned = self.sampler.owner_of(nodes) == self.sampler.rank
+        rows = np.zeros(len(nodes), dtype=np.int64)
+        local = nodes[owned] - self.sampler.first
+        rows[owned] = local if self.served_rows is None else self.served_rows[local]
+        others = np.flatnonzero(~owned)
+        halo_hit, pos = self._lookup(self.known_sorted, nodes[others])
+        rows[others[halo_hit]] = self.known_order[pos[halo_hit]]
         # One index_select over all rows (others read row 0 for now and are overwritten below): a
         # single pass, where a masked gather-then-scatter would copy the local rows twice.
         if len(self.x_full):
-            out = self.x_full.index_select(0, torch.from_numpy(np.where(local_hit, self.known_order[pos], 0)))
+            out = self.x_full.index_select(0, torch.from_numpy(rows))
         else:
             out = torch.zeros(len(nodes), self.x_full.shape[1])
-        owned = local_hit & (self.sampler.owner_of(nodes) == self.sampler.rank)
-        counters.halo_hits += int(local_hit.sum() - owned.sum())
-        rest = np.flatnonzero(~local_hit)
+        counters.halo_hits += int(halo_hit.sum())
+        rest = others[~halo_hit]
         if self.count_requests:
             self._record_requests(nodes[rest])
         cache_hit, cache_pos = self._lookup(self.cache_ids, nodes[rest])

@@ -6,9 +6,9 @@
 - A featureless type's rows are its embedding rows (EmbeddingRows): the owned ones read from this rank's shard,
   the others fetched from their owners at the start of the step (after the previous step's update, as one
   process would see them), never cached since every step changes them. After the backward, each fetched row's
-  gradient goes back to its owner, who gathers the rows its batch and its peers' batches touched into one
-  sparse gradient of its shard; the shard then steps with torch.optim.SparseAdam's rule (gnn_dist.hetero
-  .mini_batch), so only touched rows move.
+  gradient goes back to its owner, who sums the gradients of the rows its batch and its peers' batches
+  touched; the shard then steps with torch.optim.SparseAdam's rule (gnn_dist.hetero.mini_batch), so only
+  touched rows move.
 
 Shapes: rows() -> [nodes of the outermost level, hidden], in the sample's order
 """
@@ -60,21 +60,22 @@ class EmbeddingRows:
             asked_rows, asked_counts
         return rows.requires_grad_()
 
-    def push_gradients(self, rows: torch.Tensor, scale: float) -> torch.Tensor:
-        """The shard's sparse gradient (times `scale`): this rank's own rows' gradients and those its peers
-        send back for the rows they fetched, summed per row (collective)."""
+    def push_gradients(self, rows: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """The shard's gradient (times `scale`) as (shard rows, each once; their gradients): this rank's own rows'
+        and those its peers send back for the rows they fetched, summed per row (collective)."""
         own_rows, own_at, remote, counts, asked_rows, asked_counts = self._pending
         self._pending = None
         grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
-        if own_at is None:  # one rank: every row its own, in order
-            return torch.sparse_coo_tensor(own_rows.unsqueeze(0), grad * scale, tuple(self.shard.shape),
-                                           check_invariants=True).coalesce()
+        if own_at is None:  # one rank: every row its own, each once (a level lists a node once)
+            return own_rows, grad.mul_(scale)
         back = torch.empty(len(asked_rows), grad.shape[1], dtype=grad.dtype)
         self.sampler.counters.feature_bytes += self.comm.alltoallv(grad[remote].contiguous(), counts, back,
                                                                    asked_counts)
-        index = torch.cat([own_rows, asked_rows]).unsqueeze(0)
-        values = torch.cat([grad[own_at], back]) * scale
-        return torch.sparse_coo_tensor(index, values, tuple(self.shard.shape), check_invariants=True).coalesce()
+        # a row may come from this rank's batch and from several peers': summed into one
+        touched, position = torch.unique(torch.cat([own_rows, asked_rows]), return_inverse=True)
+        summed = grad.new_zeros(len(touched), grad.shape[1])
+        summed.index_add_(0, position, torch.cat([grad[own_at], back]))
+        return touched, summed.mul_(scale)
 
 
 @dataclasses.dataclass
@@ -145,7 +146,7 @@ class TypedBatchInputs:
         return torch.cat(pieces).index_select(0, order)
 
     def table_gradients(self, scale: float) -> dict:
-        """{type: its shard's sparse gradient} after the backward (collective, in type order)."""
+        """{type: (its shard's touched rows, their gradients)} after the backward (collective, in type order)."""
         return {name: table.push_gradients(self.fetched[name], scale) for name, table in self.tables.items()}
 
     def fill_cache(self, budget_bytes: int) -> None:

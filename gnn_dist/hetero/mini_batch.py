@@ -29,6 +29,7 @@ import torch
 from gnn_dist.hetero.batch_inputs import GatheredInputs, TypedBatchInputs
 from gnn_dist.hetero.sampler import TypedSampler
 from gnn_dist.hetero.typed_part import edges_operator
+from gnn_dist.kernels.native import native_module
 from gnn_dist.nn.dropout import keyed_dropout
 from gnn_dist.steps.mini_batch import MiniBatchMode
 
@@ -112,30 +113,35 @@ class TypedMiniBatchMode(MiniBatchMode):
         for name, shard in self.shards.items():
             # the shard's state is the run's optimizer's, which checkpoints write and resumes re-shard; laid out
             # as Adam's, so a checkpoint of either mode resumes in the other
-            sparse_adam_step(shard, optimizer.state[shard], gradients[name], group["lr"], group["betas"],
+            sparse_adam_step(shard, optimizer.state[shard], *gradients[name], group["lr"], group["betas"],
                              group["eps"])
 
 
 @torch.no_grad()
-def sparse_adam_step(parameter: torch.Tensor, state: dict, grad: torch.Tensor, lr: float, betas: tuple,
-                     eps: float) -> None:
-    """torch.optim.SparseAdam's update of the rows a coalesced sparse gradient holds (its moments decay only
-    there; one step count for the whole table; no weight decay), with index ops on those rows rather than
+def sparse_adam_step(parameter: torch.Tensor, state: dict, rows: torch.Tensor, values: torch.Tensor, lr: float,
+                     betas: tuple, eps: float) -> None:
+    """torch.optim.SparseAdam's update of `rows` (each once) by their gradients `values`: their moments decay,
+    no other row's; one step count for the whole table; no weight decay. Index ops on those rows rather than
     torch's sparse_mask and sparse additions over the whole table, which took most of a step's update on
-    ogbn-mag's shape. Held to torch.optim.SparseAdam by tests/test_hetero_sampled.py."""
+    ogbn-mag's shape; natively one pass over each row (kernels/native_kernels.cpp: sparse_adam_rows). Held to
+    torch.optim.SparseAdam by tests/test_hetero_sampled.py, both ways."""
     if not state:
         state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(parameter), exp_avg_sq=torch.zeros_like(parameter))
     state["step"] += 1
-    rows, values = grad.indices()[0], grad.values()
     if len(rows) == 0:
         return
     beta1, beta2 = betas
+    step = float(state["step"])
+    step_size = lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+    native = native_module()
+    if native is not None and parameter.dtype == torch.float32 and not parameter.is_cuda:
+        native.sparse_adam_rows(parameter, state["exp_avg"], state["exp_avg_sq"], rows, values, step_size, beta1,
+                                beta2, eps)
+        return
     exp_avg = state["exp_avg"].index_select(0, rows)
     exp_avg_sq = state["exp_avg_sq"].index_select(0, rows)
     exp_avg.add_(values.sub(exp_avg).mul_(1 - beta1))  # old + (1 - b) (new - old), as SparseAdam writes it
     exp_avg_sq.add_(values.pow(2).sub_(exp_avg_sq).mul_(1 - beta2))
     state["exp_avg"].index_copy_(0, rows, exp_avg)
     state["exp_avg_sq"].index_copy_(0, rows, exp_avg_sq)
-    step = float(state["step"])
-    step_size = lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
     parameter.index_add_(0, rows, exp_avg.div_(exp_avg_sq.sqrt_().add_(eps)), alpha=-step_size)
