@@ -78,11 +78,13 @@ class RelGraphConvLayer(nn.Module):
 
     def forward(self, g, inputs):
         g = g.local_var()
+        # on a block (sampled mode), the self loop takes the targets' rows: the first of each type's sources
+        inputs_dst = {t: v[:g.num_dst_nodes(t)] for t, v in inputs.items()} if g.is_block else inputs
         wdict = {rel: {"weight": w.squeeze(0)} for rel, w in zip(self.rel_names, torch.split(self.weight, 1, 0))}
         hs = self.conv(g, inputs, mod_kwargs=wdict)
         out = {}
         for ntype, h in hs.items():
-            h = h + inputs[ntype] @ self.loop_weight + self.h_bias
+            h = h + inputs_dst[ntype] @ self.loop_weight + self.h_bias
             if self.activation is not None:
                 h = self.activation(h)
             out[ntype] = self.dropout(h)
@@ -122,18 +124,6 @@ fanouts = [int(f) for f in sys.argv[4].split(",")][::-1]  # DGL's list runs from
 batch_size = int(sys.argv[5])
 
 
-def layer_on_block(layer, block, inputs):
-    wdict = {rel: {"weight": w.squeeze(0)} for rel, w in zip(layer.rel_names, torch.split(layer.weight, 1, 0))}
-    hs = layer.conv(block, inputs, mod_kwargs=wdict)
-    out = {}
-    for ntype, h in hs.items():
-        h = h + inputs[ntype][:block.num_dst_nodes(ntype)] @ layer.loop_weight + layer.h_bias
-        if layer.activation is not None:
-            h = layer.activation(h)
-        out[ntype] = layer.dropout(h)
-    return out
-
-
 rel_names = sorted(set(g.etypes))
 featured = {t: torch.from_numpy(arrays["x__" + t]) for t in types if "x__" + t in arrays.files}
 lins = nn.ModuleDict({t: nn.Linear(x.shape[1], hidden) for t, x in featured.items()})
@@ -152,7 +142,7 @@ for epoch in range(epochs):
         h = {t: lins[t](featured[t][ids]) if t in lins else embs[t](ids) for t, ids in input_nodes.items()}
         h = {t: F.dropout(v, 0.5, True) for t, v in h.items()}
         for layer, block in zip(layers, blocks):
-            h = layer_on_block(layer, block, h)
+            h = layer(block, h)
         loss = F.cross_entropy(h[target], y[output_nodes[target]])
         opt.zero_grad()
         if sparse_opt is not None:
