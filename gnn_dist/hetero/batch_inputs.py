@@ -102,6 +102,9 @@ class TypedBatchInputs:
                 served = np.full(part.n_owned, -1, dtype=np.int64)
                 served[owned] = np.arange(len(owned))
                 rows = torch.cat([inputs.owned_x[name].cpu(), inputs.halo_x[name].cpu()])
+                # one copy of the type's rows: the stack's inputs (evaluation) and the part read views of it
+                inputs.owned_x[name], inputs.halo_x[name] = rows[:len(owned)], rows[len(owned):]
+                part.arrays[f"x__{name}"] = inputs.owned_x[name].numpy()
                 self.stores[name] = FeatureStore(sampler.comm, sampler, rows,
                                                  row_ids=sampler.local_to_global[np.concatenate([owned,
                                                                                                  part.n_owned + halo])],

@@ -48,7 +48,9 @@ class TypedStack(nn.Module):
         typed = TypedPart.of(part)
         self.hetero = part.meta.hetero  # the graph's types and relations: checkpoints record them for export
         self.inputs = TypedInputs(part, typed, config.hidden, exchanger, seed)
-        operator = relation_operator(part, typed.num_relations, device)
+        # a whole forward's relation operator; a layerwise stack makes each block's own instead (its entries would
+        # take 28 bytes each, and sorting them more, at set-up)
+        operator = None if layerwise else relation_operator(part, typed.num_relations, device)
         conv_type = model_class(config.model)
         self.convs = nn.ModuleList(
             conv_type(i, o, operator, exchanger, slot=f"layer{k}", num_relations=typed.num_relations, **options)
@@ -65,16 +67,16 @@ class TypedStack(nn.Module):
         for conv in self.convs:
             conv.bind_types(owned_type, destinations, len(typed.node_types))
             conv.column_ids = self.column_ids  # keyed draws inside a layer (R-GAT's attention dropout)
-        self.convs[-1].restrict_output(self.output_rows)
         self.owned_type = owned_type
         self.structure = None
         if layerwise:  # the chunks' operators come from the part's CSR, with each entry's relation
             self.structure = (part.indptr, part.indices, part.edge_type, part.n_owned + part.n_halo,
                               typed.num_relations)
         else:
+            self.convs[-1].restrict_output(self.output_rows)
             for k, conv in enumerate(self.convs):
                 conv.build_forms(exchanges=k > 0)
-        operator.release_entries()  # every layer's forms are built: the entries they came from go
+            operator.release_entries()  # every layer's forms are built: the entries they came from go
         generator = torch.Generator().manual_seed(seed)
         self.inputs.reset_parameters(generator)
         for conv in self.convs:
