@@ -51,7 +51,7 @@ class TypedMiniBatchMode(MiniBatchMode):
                                     local_only=config.sampling == "local")
         self.store = None
         self.inputs = TypedBatchInputs(self.sampler, state.model.inputs)
-        self.part_labels = torch.from_numpy(np.asarray(part.y, dtype=np.int64))
+        self.part_labels = torch.from_numpy(np.asarray(part.y, dtype=np.int64))  # host: typed sampling runs on the CPU
         self.shards = dict(state.model.inputs.shards.items())
 
     def count_requests(self, on: bool | None = None) -> bool:
@@ -73,7 +73,7 @@ class TypedMiniBatchMode(MiniBatchMode):
     def batch_loss(self, out: torch.Tensor, targets) -> tuple[torch.Tensor, int]:
         if len(targets) == 0:
             return out.sum() * 0.0, 0
-        labels = self.part_labels[torch.from_numpy(targets)]
+        labels = self.part_labels[torch.from_numpy(targets)]  # host: typed sampling runs on the CPU
         return torch.nn.functional.cross_entropy(out[:len(targets)], labels, reduction="sum"), len(targets)
 
     def prepare(self, epoch: int, step: int, batch: np.ndarray) -> tuple[TypedPreparedBatch, float]:
@@ -82,11 +82,11 @@ class TypedMiniBatchMode(MiniBatchMode):
         gathered = self.inputs.gather(names)
         start = time.perf_counter()
         sampler, device = self.sampler, self.state.device
-        types = torch.from_numpy(sampler.type_of(names))
+        types = torch.from_numpy(sampler.type_of(names))  # host: typed sampling runs on the CPU
         operators = [edges_operator(b.dst.numpy(), b.src.numpy(), b.relation.numpy(), b.n_dst, b.n_src,
                                     sampler.num_relations, device) for b in reversed(blocks)]
         batch_ = TypedPreparedBatch(gathered, blocks, operators, [types[:b.n_dst] for b in reversed(blocks)],
-                                    torch.from_numpy(sampler.global_of(names)), targets)
+                                    torch.from_numpy(sampler.global_of(names)), targets)  # host: CPU only
         return batch_, time.perf_counter() - start
 
     def forward_batch(self, batch: TypedPreparedBatch, layer_keys: list[int]) -> torch.Tensor:
@@ -126,7 +126,8 @@ def sparse_adam_step(parameter: torch.Tensor, state: dict, rows: torch.Tensor, v
     ogbn-mag's shape; natively one pass over each row (kernels/native_kernels.cpp: sparse_adam_rows). Held to
     torch.optim.SparseAdam by tests/test_hetero_sampled.py, both ways."""
     if not state:
-        state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(parameter), exp_avg_sq=torch.zeros_like(parameter))
+        step = torch.tensor(0.0)  # host: Adam keeps a parameter's step count on the host as well
+        state.update(step=step, exp_avg=torch.zeros_like(parameter), exp_avg_sq=torch.zeros_like(parameter))
     state["step"] += 1
     if len(rows) == 0:
         return
