@@ -106,18 +106,10 @@ class FeatureStore:
 
     def fetch(self, global_ids: np.ndarray) -> torch.Tensor:
         """Rows of remote nodes from their owners: one request and one reply round (collective)."""
-        sampler = self.sampler
-        owners = sampler.owner_of(global_ids)
-        order = np.argsort(owners, kind="stable")
-        counts = np.bincount(owners, minlength=self.comm.size) if len(owners) else np.zeros(self.comm.size, np.int64)
-        asked, asked_counts = sampler._exchange_ints(global_ids[order], counts)
-        rows = asked - sampler.first if self.served_rows is None else self.served_rows[asked - sampler.first]
-        reply = self.x_full[torch.from_numpy(rows)] if len(asked) else torch.zeros(0, self.x_full.shape[1])
-        received = torch.empty(len(global_ids), self.x_full.shape[1])
-        sampler.counters.feature_bytes += self.comm.alltoallv(reply.contiguous(), asked_counts, received, counts)
-        out = torch.empty_like(received)
-        out[torch.from_numpy(order)] = received
-        return out
+        def serve(local: np.ndarray) -> torch.Tensor:
+            return self.x_full[torch.from_numpy(local if self.served_rows is None else self.served_rows[local])]
+
+        return fetch_from_owners(self.sampler, global_ids, serve, self.x_full.shape[1], self.x_full.dtype)[0]
 
     def fill_cache(self, ids: np.ndarray, hits: np.ndarray, budget_bytes: int) -> None:
         """Cache the features of the remote nodes counted most often (ties: lower id), up to the budget.
@@ -135,3 +127,41 @@ class FeatureStore:
             rows[torch.from_numpy(np.flatnonzero(kept))] = self.cache_rows[torch.from_numpy(pos[kept])]
         rows[torch.from_numpy(np.flatnonzero(~kept))] = self.fetch(chosen[~kept])
         self.cache_ids, self.cache_rows = chosen, rows
+
+
+@dataclass
+class RowRoute:
+    """How rows fetched from their owners travelled (fetch_from_owners), so that something per row can travel
+    back the same way (send_home: an embedding row's gradient)."""
+
+    order: np.ndarray         # the requested positions, grouped by owner: the order they were asked in
+    counts: np.ndarray        # rows asked of each rank
+    asked: np.ndarray         # the owned local positions each peer asked of this rank, grouped by peer
+    asked_counts: np.ndarray  # rows each peer asked of this rank
+
+
+def fetch_from_owners(sampler: DistributedSampler, global_ids: np.ndarray, serve, width: int,
+                      dtype: torch.dtype) -> tuple[torch.Tensor, RowRoute]:
+    """Rows of nodes (global ids) from their owners: one request and one reply round (collective). serve(local
+    positions) gives this rank's rows for what its peers ask. Returns ([len(global_ids), width] in the given
+    order, the route)."""
+    owners = sampler.owner_of(global_ids)
+    order = np.argsort(owners, kind="stable")
+    counts = np.bincount(owners, minlength=sampler.comm.size) if len(owners) else np.zeros(sampler.comm.size, np.int64)
+    asked, asked_counts = sampler._exchange_ints(global_ids[order], counts)
+    asked = asked - sampler.first
+    reply = serve(asked) if len(asked) else torch.zeros(0, width, dtype=dtype)
+    received = torch.empty(len(global_ids), width, dtype=dtype)
+    sampler.counters.feature_bytes += sampler.comm.alltoallv(reply.contiguous(), asked_counts, received, counts)
+    out = torch.empty_like(received)
+    out[torch.from_numpy(order)] = received
+    return out, RowRoute(order, counts, asked, asked_counts)
+
+
+def send_home(sampler: DistributedSampler, route: RowRoute, values: torch.Tensor) -> torch.Tensor:
+    """values (one per row fetch_from_owners brought, in its order) back to the rows' owners (collective):
+    [len(route.asked), width], one per row the peers asked of this rank, in route.asked's order."""
+    back = torch.empty(len(route.asked), values.shape[1], dtype=values.dtype)
+    sampler.counters.feature_bytes += sampler.comm.alltoallv(values[torch.from_numpy(route.order)].contiguous(),
+                                                             route.counts, back, route.asked_counts)
+    return back

@@ -19,7 +19,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from gnn_dist.graph.feature_store import FeatureStore
+from gnn_dist.graph.feature_store import FeatureStore, fetch_from_owners, send_home
 from gnn_dist.hetero.sampler import TypedSampler
 
 
@@ -38,40 +38,32 @@ class EmbeddingRows:
 
     def fetch(self, global_ids: np.ndarray) -> torch.Tensor:
         """The current rows of these nodes (all of this type): a leaf that collects their gradients."""
-        sampler, comm = self.sampler, self.comm
-        owners = sampler.owner_of(global_ids)
-        mine = owners == sampler.rank
+        sampler, table = self.sampler, self.shard.detach()
+        mine = sampler.owner_of(global_ids) == sampler.rank
         own_rows = torch.from_numpy(self.shard_row[global_ids[mine] - sampler.first])
-        if comm.size == 1:  # every row is this rank's: one gather, and nothing sent back after the backward
-            self._pending = own_rows, None, None, None, None, None
-            return self.shard.detach().index_select(0, own_rows).requires_grad_()
-        rows = torch.empty(len(global_ids), self.shard.shape[1], dtype=self.shard.dtype)
-        rows[torch.from_numpy(np.flatnonzero(mine))] = self.shard.detach()[own_rows]
-        remote = np.flatnonzero(~mine)
-        remote = remote[np.argsort(owners[remote], kind="stable")]
-        counts = np.bincount(owners[remote], minlength=comm.size)
-        asked, asked_counts = sampler._exchange_ints(global_ids[remote], counts)
-        asked_rows = torch.from_numpy(self.shard_row[asked - sampler.first])
-        received = torch.empty(len(remote), self.shard.shape[1], dtype=self.shard.dtype)
-        sampler.counters.feature_bytes += comm.alltoallv(self.shard.detach()[asked_rows].contiguous(), asked_counts,
-                                                         received, counts)
-        rows[torch.from_numpy(remote)] = received
-        self._pending = own_rows, torch.from_numpy(np.flatnonzero(mine)), torch.from_numpy(remote), counts, \
-            asked_rows, asked_counts
+        if self.comm.size == 1:  # every row is this rank's: one gather, and nothing sent back after the backward
+            self._pending = own_rows, None, None, None
+            return table.index_select(0, own_rows).requires_grad_()
+        own_at, remote = np.flatnonzero(mine), np.flatnonzero(~mine)
+        rows = torch.empty(len(global_ids), table.shape[1], dtype=table.dtype)
+        rows[torch.from_numpy(own_at)] = table[own_rows]
+        rows[torch.from_numpy(remote)], route = fetch_from_owners(
+            sampler, global_ids[remote], lambda local: table[torch.from_numpy(self.shard_row[local])], table.shape[1],
+            table.dtype)
+        self._pending = own_rows, torch.from_numpy(own_at), torch.from_numpy(remote), route
         return rows.requires_grad_()
 
     def push_gradients(self, rows: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         """The shard's gradient (times `scale`) as (shard rows, each once; their gradients): this rank's own rows'
         and those its peers send back for the rows they fetched, summed per row (collective)."""
-        own_rows, own_at, remote, counts, asked_rows, asked_counts = self._pending
+        own_rows, own_at, remote, route = self._pending
         self._pending = None
         grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
         if own_at is None:  # one rank: every row its own, each once (a level lists a node once)
             return own_rows, grad.mul_(scale)
-        back = torch.empty(len(asked_rows), grad.shape[1], dtype=grad.dtype)
-        self.sampler.counters.feature_bytes += self.comm.alltoallv(grad[remote].contiguous(), counts, back,
-                                                                   asked_counts)
+        back = send_home(self.sampler, route, grad[remote])
         # a row may come from this rank's batch and from several peers': summed into one
+        asked_rows = torch.from_numpy(self.shard_row[route.asked])
         touched, position = torch.unique(torch.cat([own_rows, asked_rows]), return_inverse=True)
         summed = grad.new_zeros(len(touched), grad.shape[1])
         summed.index_add_(0, position, torch.cat([grad[own_at], back]))
