@@ -113,10 +113,10 @@ class DistRGATConv(RelationConv):
         pieces = torch.split(full.index_select(0, index), sizes)
         del full
         for k, r in enumerate(computed):
-            operator, _ = relations.gathered(r)
+            operator, source_ids = relations.gathered(r)
             sources, reached = pieces[2 * k], pieces[2 * k + 1]
             source = transformed_rows(sources, self.weight[r], self.att_src[r].view(1, self.heads, self.head_width))
-            dropout = self._edge_dropout(r)
+            dropout = self._edge_dropout(r, self.column_ids, relations.reached(r), source_ids)
             add_rows_(out, self._nodes(r), attention(operator, source, reached @ self._folded(r), self.heads, None,
                                                      dropout))
         return out
@@ -137,11 +137,7 @@ class DistRGATConv(RelationConv):
             reached = relations.reached(r)
             source = transformed_rows(x_src.index_select(0, sources), self.weight[r],
                                       self.att_src[r].view(1, self.heads, self.head_width))
-            dropout = None
-            if self.training and self.attn_dropout > 0.0:
-                key = self._relation_key(r)
-                dropout = EdgeDropout.keyed(ids.index_select(0, reached), ids.index_select(0, sources), self.heads,
-                                            key, self.attn_dropout)
+            dropout = self._edge_dropout(r, ids, reached, sources)
             add_rows_(out, reached, attention(operator, source, x_dst.index_select(0, reached) @ self._folded(r),
                                               self.heads, None, dropout))
         return out
@@ -151,9 +147,6 @@ class DistRGATConv(RelationConv):
         rows are never needed, only their scores."""
         return (self.weight[r].view(self.heads, self.head_width, self.in_dim)
                 * self.att_dst[r].view(self.heads, self.head_width, 1)).sum(1).t()
-
-    def _relation_key(self, r: int) -> int:
-        return mix32_reference(self.pass_key ^ _ATTENTION_SALT ^ ((r + 1) * _RELATION_STRIDE & 0xFFFFFFFF))
 
     def _gather_plan(self) -> tuple[tuple[int, ...], torch.Tensor, list[int]]:
         """(the relations this layer computes, the [owned | halo] rows they read: each one's sources then its
@@ -168,16 +161,17 @@ class DistRGATConv(RelationConv):
             self._gathers = tuple(computed), index, [len(piece) for piece in pieces]
         return self._gathers
 
-    def _edge_dropout(self, r: int) -> EdgeDropout | None:
-        """Relation r's attention dropout, keyed by the endpoints' original ids, the pass and the relation."""
+    def _edge_dropout(self, r: int, ids: torch.Tensor | None, reached: torch.Tensor,
+                      sources: torch.Tensor) -> EdgeDropout | None:
+        """Relation r's attention dropout over (reached, sources) rows, keyed by their original ids (`ids`, indexed
+        by those rows), the pass and the relation."""
         if not self.training or self.attn_dropout == 0.0:
             return None
-        if self.column_ids is None or self.pass_key is None:
+        if ids is None or self.pass_key is None:
             raise RuntimeError("R-GAT attention dropout needs the pass key and node ids (set by the typed stack)")
-        key = self._relation_key(r)
-        relations, ids = self.operator, self.column_ids
-        return EdgeDropout.keyed(ids.index_select(0, relations.reached(r)), ids.index_select(0, relations.gathered(r)[1]),
-                                 self.heads, key, self.attn_dropout)
+        key = mix32_reference(self.pass_key ^ _ATTENTION_SALT ^ ((r + 1) * _RELATION_STRIDE & 0xFFFFFFFF))
+        return EdgeDropout.keyed(ids.index_select(0, reached), ids.index_select(0, sources), self.heads, key,
+                                 self.attn_dropout)
 
     def build_forms(self, exchanges: bool = True) -> None:
         """Build every relation's gathered form at set-up, before the entries are released."""
