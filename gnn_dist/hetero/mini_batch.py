@@ -9,13 +9,14 @@ gradients per step) with a typed batch:
 - the layers: the typed stack's own (R-GCN, R-GAT), each on its block's relations (forward_block), with keyed
   dropout before every layer as in homogeneous sampled training;
 - the update: the replicated weights step with the run's Adam (weight decay included); each embedding shard
-  steps with torch.optim.SparseAdam's rule (sparse_adam_step) on the rows the step touched on any rank (their gradients summed at
-  the owner), with one step count for the table and no weight decay, as a single process trains an
-  nn.Embedding(sparse=True) with SparseAdam. Full-batch training instead moves every row every step
+  steps with torch.optim.SparseAdam's rule (sparse_adam_step) on the rows the step touched on any rank (their
+  gradients summed at the owner), with one step count for the table and no weight decay, as a single process
+  trains an nn.Embedding(sparse=True) with SparseAdam. Full-batch training instead moves every row every step
   (docs/hetero.md says so). The table's moments live in the run's optimizer state, so checkpoints write and
   re-shard them by id as in full-batch training.
 
-Validation and test accuracy come from the typed stack's exact full-batch forward.
+Validation and test accuracy come from the typed stack's exact evaluation, layer by layer in chunks
+(TypedStack.forward_layerwise).
 """
 from __future__ import annotations
 
@@ -45,13 +46,18 @@ class TypedPreparedBatch:
 
 
 class TypedMiniBatchMode(MiniBatchMode):
+    def __init__(self, state, part):
+        super().__init__(state, part)
+        # the seeds are owned positions (the target's training nodes among every type's): the part's labels, not
+        # the graph's, which the stack's output rows restrict to the target
+        self.labels = torch.from_numpy(np.asarray(part.y, dtype=np.int64))  # host: typed sampling runs on the CPU
+
     def build_sampling(self, part) -> None:
         state, config = self.state, self.config
         self.sampler = TypedSampler(state.exchanger.comm, part, list(config.fanouts), state.config.seed,
                                     local_only=config.sampling == "local")
         self.store = None
         self.inputs = TypedBatchInputs(self.sampler, state.model.inputs)
-        self.part_labels = torch.from_numpy(np.asarray(part.y, dtype=np.int64))  # host: typed sampling runs on the CPU
         self.shards = dict(state.model.inputs.shards.items())
 
     def count_requests(self, on: bool | None = None) -> bool:
@@ -69,12 +75,6 @@ class TypedMiniBatchMode(MiniBatchMode):
 
     def batch_seeds(self, epoch: int, batch: np.ndarray):
         return self.sampler.names_of_owned(batch), batch
-
-    def batch_loss(self, out: torch.Tensor, targets) -> tuple[torch.Tensor, int]:
-        if len(targets) == 0:
-            return out.sum() * 0.0, 0
-        labels = self.part_labels[torch.from_numpy(targets)]  # host: typed sampling runs on the CPU
-        return torch.nn.functional.cross_entropy(out[:len(targets)], labels, reduction="sum"), len(targets)
 
     def prepare(self, epoch: int, step: int, batch: np.ndarray) -> tuple[TypedPreparedBatch, float]:
         seeds, targets = self.batch_seeds(epoch, batch)
