@@ -86,6 +86,10 @@ def column_hash(num_cols: int, device: torch.device) -> torch.Tensor:
     return mix32(wrap_int32(torch.arange(num_cols, dtype=torch.int64, device=device) * 0x85EBCA77 + 1))
 
 
+# rows of keyed_normal hashed at once: a few MB of temporaries at any width up to a few hundred
+KEYED_NORMAL_CHUNK_ROWS = 4096
+
+
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """SplitMix64's finaliser on uint64 arrays (callers silence numpy's overflow warnings: products wrap)."""
     x = x + _M1
@@ -124,15 +128,23 @@ def fingerprint_words(node_ids: np.ndarray, labels: np.ndarray, degrees: np.ndar
     return words
 
 
-def keyed_normal(ids: np.ndarray, seed: int, width: int) -> np.ndarray:
-    """float64 [len(ids), width] of standard normal values, each row a function of (seed, its id) alone: a
-    learnable embedding row's initial value (N(0, 1), as torch.nn.Embedding's), the same at every P and on
-    whichever rank owns the row. Box-Muller on two 53-bit uniforms from SplitMix64 of (seed, id, column)."""
+def keyed_normal(ids: np.ndarray, seed: int, width: int, dtype=np.float64,
+                 chunk_rows: int = KEYED_NORMAL_CHUNK_ROWS) -> np.ndarray:
+    """[len(ids), width] of standard normal values (computed in float64, returned as `dtype`), each row a
+    function of (seed, its id) alone: a learnable embedding row's initial value (N(0, 1), as
+    torch.nn.Embedding's), the same at every P and on whichever rank owns the row. Box-Muller on two 53-bit
+    uniforms from SplitMix64 of (seed, id, column). chunk_rows rows at a time: each step of the hash makes a
+    [rows, 2 x width] uint64 temporary, which over a whole shard of ogbn-mag's authors (600k rows at P=2) took
+    gigabytes at set-up's peak; chunks change no value."""
     ids = np.asarray(ids, dtype=np.uint64)
+    out = np.empty((len(ids), width), dtype=dtype)
+    columns = np.arange(2 * width, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     with np.errstate(over="ignore"):
-        base = splitmix64(splitmix64(np.array([seed], dtype=np.uint64) ^ np.uint64(0x6A09E667F3BCC909)) ^ ids)
-        columns = np.arange(2 * width, dtype=np.uint64)
-        words = splitmix64(base[:, None] ^ (columns[None, :] * np.uint64(0x9E3779B97F4A7C15)))
-    uniform = ((words >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)  # in (0, 1)
-    u1, u2 = uniform[:, :width], uniform[:, width:]
-    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+        seed_word = splitmix64(np.array([seed], dtype=np.uint64) ^ np.uint64(0x6A09E667F3BCC909))
+        for start in range(0, len(ids), chunk_rows):
+            base = splitmix64(seed_word ^ ids[start:start + chunk_rows])
+            words = splitmix64(base[:, None] ^ columns[None, :])
+            uniform = ((words >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)  # in (0, 1)
+            u1, u2 = uniform[:, :width], uniform[:, width:]
+            out[start:start + len(base)] = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+    return out

@@ -1,10 +1,13 @@
 """Keyed dropout: the hash equals a plain-Python reference; masks depend only on the key and node id."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
-from gnn_dist.kernels.keyed_random import mix32, mix32_reference, stream_key, wrap_int32
+from gnn_dist.kernels.keyed_random import keyed_normal, mix32, mix32_reference, stream_key, wrap_int32
 from gnn_dist.nn.dropout import keep_mask, keyed_dropout
 
 
@@ -65,3 +68,32 @@ def test_native_and_torch_paths_draw_the_same_masks(monkeypatch, width):
     expected = torch.relu(x.detach()) * kept / 0.7
     assert torch.allclose(outs["native", True][0], expected)
     assert torch.allclose(outs["native", False][1], upstream * kept / 0.7)
+
+
+def _splitmix64_reference(x: int) -> int:
+    """SplitMix64's finaliser on Python ints (Steele, Lea & Flood), the published constants."""
+    mask = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & mask
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+    return x ^ (x >> 31)
+
+
+def test_embedding_rows_start_as_box_muller_of_the_keyed_words_in_any_chunking():
+    """keyed_normal (a featureless type's initial rows) hashes chunk by chunk: every chunking gives the values
+    of Box-Muller on SplitMix64 words of (seed, id, column), computed here on Python ints, row by row."""
+    ids, seed, width = np.array([0, 5, 6, 1 << 40, 123456789]), 3, 4
+    mask = (1 << 64) - 1
+    seed_word = _splitmix64_reference(seed ^ 0x6A09E667F3BCC909)
+    expected = np.empty((len(ids), width))
+    for i, node in enumerate(ids.tolist()):
+        base = _splitmix64_reference(seed_word ^ node)
+        words = [_splitmix64_reference(base ^ ((c * 0x9E3779B97F4A7C15) & mask)) for c in range(2 * width)]
+        uniform = [((w >> 11) + 0.5) / float(1 << 53) for w in words]
+        expected[i] = [math.sqrt(-2.0 * math.log(uniform[c])) * math.cos(2.0 * math.pi * uniform[width + c])
+                       for c in range(width)]
+    for chunk_rows in (1, 2, 4096):
+        np.testing.assert_allclose(keyed_normal(ids, seed, width, chunk_rows=chunk_rows), expected, rtol=1e-12)
+    as_float32 = keyed_normal(ids, seed, width, dtype=np.float32, chunk_rows=3)
+    assert as_float32.dtype == np.float32
+    np.testing.assert_allclose(as_float32, expected, rtol=1e-6)

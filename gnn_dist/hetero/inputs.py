@@ -61,7 +61,7 @@ class TypedInputs(nn.Module):
                                                   beat=exchanger.beat).fetch_once(x)
             else:
                 ids = part.node_ids[owned]  # homogeneous ids: unique per (type, type-local id)
-                rows = keyed_normal(ids, seed, hidden).astype(np.float32)
+                rows = keyed_normal(ids, seed, hidden, dtype=np.float32)
                 self.shards[name] = nn.Parameter(torch.from_numpy(rows).to(device))
                 self.shard_ids[name] = ids - typed.offsets[k]  # the rows' type-local ids (checkpoints key on them)
         featureless = ~np.isin(np.arange(len(typed.node_types)), [typed.type_index(t) for t in self.linears])
