@@ -50,20 +50,26 @@ class TypedSampler(DistributedSampler):
         self.num_relations = R = typed.num_relations
         local_type = np.concatenate([typed.owned_type, typed.halo_type]).astype(np.int64)
         self.local_names = self.local_to_global * T + local_type
-        # in-edges relation-major: relation r's CSR over the owned rows is a slice of one array
-        n = part.n_owned
-        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(part.indptr))
-        key = part.edge_type.astype(np.int64) * n + rows
-        order = np.argsort(key, kind="stable")
-        indices = part.indices[order].astype(np.int64)
-        bounds = np.searchsorted(key[order], np.arange(R * n + 1, dtype=np.int64))
-        del rows, key, order
+        # in-edges relation-major: relation r's CSR over the owned rows is a slice of one array. The part's
+        # entries are row-major, so relation r's entries in part order are already its CSR's, row by row: one
+        # pass per relation (its entries' mask, the running count read at the row bounds), where a sort of
+        # (relation, row) keys held four int64 copies of the entries at set-up's peak
+        indptr, edge_type = part.indptr, part.edge_type
+        indices = np.empty(len(part.indices), dtype=np.int64)
         self.relation_csrs = []
+        first = 0
         for r in range(R):
-            first = int(bounds[r * n])
-            indptr = bounds[r * n:(r + 1) * n + 1] - first
-            self.relation_csrs.append(RowSampler(indptr, indices[first:int(bounds[(r + 1) * n])], self.local_orig,
+            of_r = edge_type == r
+            running = np.zeros(len(of_r) + 1, dtype=np.int64)
+            np.cumsum(of_r, out=running[1:])
+            relation_indptr = running[indptr]
+            del running
+            count = int(relation_indptr[-1])
+            indices[first:first + count] = part.indices[of_r]
+            del of_r
+            self.relation_csrs.append(RowSampler(relation_indptr, indices[first:first + count], self.local_orig,
                                                  self.local_names))
+            first += count
         self.csr = None  # the homogeneous CSR sampler is not used on a typed part
 
     def names_of_owned(self, local_rows: np.ndarray) -> np.ndarray:
