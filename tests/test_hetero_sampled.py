@@ -339,3 +339,64 @@ def test_sampled_evaluation_layer_by_layer_in_chunks_equals_pyg_on_the_whole_gra
     for result in results:
         assert (result["logits"].double() - logits[torch.from_numpy(result["target_ids"])]).abs().max() <= 1e-5
         assert (result["hidden"].double() - first[torch.from_numpy(result["ids"])]).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("num_parts", [1, 2])
+def test_the_sampled_plan_counts_what_set_up_and_training_keep(typed_parts, num_parts):
+    """The sampled plan's kept parts against what set-up and a trained epoch hold: the sampler's relation CSRs
+    (each array's bytes), the replicated weights (values, gradients, the flat buffer, Adam's two moments) and
+    every shard with SparseAdam's two moments; and its batch's sizes against a sampled batch counted here
+    (levels, edges, distinct (relation, target) rows, outermost nodes per type)."""
+    from gnn_dist.plan.memory import plan_config_of
+    from gnn_dist.plan.typed import typed_shape
+    from gnn_dist.plan.typed_sampled import SampledBatchShape, plan_typed_sampled_phases
+
+    config = TrainConfig(parts=str(typed_parts[num_parts]), epochs=0, progress=False, seed=3, mode="sampled",
+                         sampled=SampledConfig(fanouts=(3, 2), batch_size=8),
+                         model=ModelConfig(model="rgcn", hidden=8, num_layers=2))
+
+    def rank_fn(comm):
+        state = setup(RankContext(comm), config)
+        mode = state.mode
+        mode.train_epoch(0)
+        csr_bytes = sum(csr.indptr.nbytes for csr in mode.sampler.relation_csrs) + \
+            mode.sampler.relation_csrs[0].indices.base.nbytes  # every relation's sources are views of one array
+        replicated = sum(p.numel() for p in state.model.replicated_parameters())
+        shards = list(state.model.sharded_parameters())
+        moments = [state.optimizer.state[s] for s in shards]
+        assert all(m["exp_avg"].shape == s.shape and m["exp_avg_sq"].shape == s.shape for m, s in zip(moments, shards))
+        seeds = mode.batch_seeds(0, mode.batches(0)[0])[0]
+        names, blocks = mode.sampler.sample(seeds, 0, 0)
+        part = load_part(typed_parts[num_parts], comm.rank)
+        return (csr_bytes, replicated, sum(s.numel() for s in shards), names, blocks, mode.sampler.num_types,
+                typed_shape(part.arrays, part.meta), part.meta.num_classes)
+
+    for csr_bytes, replicated, shard_values, names, blocks, num_types, shape, num_classes in \
+            run_fake_ranks(num_parts, rank_fn):
+        batch = SampledBatchShape.of(names, blocks, num_types)
+        assert batch.levels == (blocks[0].n_dst, *(b.n_src for b in blocks)) and batch.levels[-1] == len(names)
+        assert batch.edges == tuple(len(b.dst) for b in reversed(blocks))
+        assert batch.reached == tuple(len(set(zip(b.relation.tolist(), b.dst.tolist()))) for b in reversed(blocks))
+        assert batch.outer_per_type == tuple(int((names % num_types == k).sum()) for k in range(num_types))
+        plan = plan_typed_sampled_phases(shape, batch, plan_config_of(config), num_classes)
+        assert plan["train"].parts["sampler CSRs"] == csr_bytes
+        assert plan["train"].parts["parameters, Adam"] == replicated * 4 * 5 + shard_values * 4 * 3
+        assert plan["setup"].parts["parameters"] == (replicated + shard_values) * 4
+
+
+@pytest.mark.mpi
+def test_sampled_typed_training_refuses_a_job_over_its_memory_limit_and_records_the_plan(typed_parts, tmp_path):
+    """A typed sampled job whose plan passes --memory-limit stops before its first epoch with one line and no
+    metrics; under a limit it fits, every rank's planned peak is in the final record."""
+    metrics = tmp_path / "m.jsonl"
+    common = ["train", "--parts", str(typed_parts[2]), "--model", "rgcn", "--hidden", "16", "--mode", "sampled",
+              "--fanouts", "4,4", "--batch-size", "8", "--no-progress", "--metrics-out", str(metrics)]
+    done = run_mpi(2, *common, "--epochs", "2", "--memory-limit", "100M")
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert done.returncode != 0 and len(errors) == 1 and "over --memory-limit 0.10 GiB" in errors[0], done.stderr
+    assert not metrics.exists()
+    done = run_mpi(2, *common, "--epochs", "1", "--memory-limit", "4G")
+    assert done.returncode == 0, done.stderr
+    final = json.loads(metrics.read_text().splitlines()[-1])
+    planned = final["planned_peak_rss_bytes_per_rank"]
+    assert planned is not None and len(planned) == 2 and all(p > 300 << 20 for p in planned)

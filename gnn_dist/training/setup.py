@@ -40,8 +40,9 @@ from gnn_dist.nn import sparse_features
 from gnn_dist.partition.format import load_meta, load_part, part_shape
 from gnn_dist.partition_report import edge_imbalance_warning
 from gnn_dist.plan.host import plan_host
-from gnn_dist.plan.memory import plan_config_of, plan_part
+from gnn_dist.plan.memory import MemoryPlan, plan_config_of, plan_part
 from gnn_dist.plan.typed import plan_typed, typed_shape
+from gnn_dist.plan.typed_sampled import SampledBatchShape, plan_typed_sampled
 from gnn_dist.resilience.checkpoint import graph_identity, load_checkpoint
 from gnn_dist.resilience.watchdog import NoWatchdog, Watchdog
 from gnn_dist.schedules import parse_schedule, schedule_for_model
@@ -166,6 +167,9 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
         state.guard = DivergenceGuard(majority_rate=task.collapse_level(state), **task.guard_names)
     watchdog.beat(f"set-up: the {config.mode} training mode")
     state.mode = task.training_mode(state, part)
+    if config.mode == "sampled":
+        watchdog.beat("set-up: the memory plan of a sampled batch")
+        state.planned_host_bytes = refuse_if_sampled_memory_short(ctx, config, part, state.mode, task)
     if config.resume:
         watchdog.beat("set-up: loading the checkpoint")
         resume(state, metrics)
@@ -212,9 +216,7 @@ def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task, de
     else:
         shape = part_shape(part)
         host = plan_host(shape, plan_config, part.meta.num_features, width)
-    mine = RankMemory(socket.gethostname(), host.peak, host.summary(3), current_rss_bytes(),
-                      available_memory_bytes(), host_budget_bytes())
-    reason = memory_refusal(ctx.comm.allgather_object(mine), config.memory_limit)
+    reason = host_refusal(ctx, config, host)
     on_device = plan_part(shape, plan_config, part.meta.num_features, width) \
         if device.type == "cuda" and shape is not None else None
     if reason is None and on_device is not None:
@@ -225,6 +227,31 @@ def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task, de
     if reason is not None:
         raise SetupError(reason)
     return host.peak, None if on_device is None else on_device.peak
+
+
+def host_refusal(ctx: RankContext, config: TrainConfig, host: MemoryPlan) -> str | None:
+    """Why the job's ranks would not fit their hosts (or a rank would pass --memory-limit) with these planned
+    peaks, every rank's gathered (collective); None when they fit."""
+    mine = RankMemory(socket.gethostname(), host.peak, host.summary(3), current_rss_bytes(),
+                      available_memory_bytes(), host_budget_bytes())
+    return memory_refusal(ctx.comm.allgather_object(mine), config.memory_limit)
+
+
+def refuse_if_sampled_memory_short(ctx: RankContext, config: TrainConfig, part, mode, task) -> int | None:
+    """A typed graph's sampled mode plans its peak from a real batch (gnn_dist.plan.typed_sampled: epoch 0's
+    first), so only once its sampler is built, before the first epoch: refuse on every rank if any host's ranks
+    would not fit. Returns this rank's predicted peak (None without a plan: homogeneous sampled training)."""
+    if part.meta.hetero is None:
+        return None
+    names, blocks = mode.first_batch()
+    batch = SampledBatchShape.of(names, blocks, mode.sampler.num_types)
+    host = plan_typed_sampled(typed_shape(part.arrays, part.meta), batch, plan_config_of(config), task.output_width(),
+                              cache_bytes=int(config.sampled.feature_cache_mb * 2**20) if mode.caching else 0,
+                              eval_chunk_nodes=config.eval_chunk_nodes)
+    reason = host_refusal(ctx, config, host)
+    if reason is not None:
+        raise SetupError(reason)
+    return host.peak
 
 
 def check_writable(directory: str, option: str) -> None:
