@@ -493,6 +493,18 @@ def test_the_typed_plan_counts_the_forms_and_shards_the_layers_build(typed_parts
         assert plan.parts["parameters, Adam"] == replicated * 4 * 5 + shard_rows * 8 * 4 * 4
 
 
+def refused_then_fitting(common: list, metrics) -> dict:
+    """`common` at P=2 under --memory-limit 100M: refused with one error line before anything is written; then
+    under 4G for one epoch: its final record."""
+    done = run_mpi(2, *common, "--epochs", "2", "--memory-limit", "100M")
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert done.returncode != 0 and len(errors) == 1 and "over --memory-limit 0.10 GiB" in errors[0], done.stderr
+    assert not metrics.exists()
+    done = run_mpi(2, *common, "--epochs", "1", "--memory-limit", "4G")
+    assert done.returncode == 0, done.stderr
+    return json.loads(metrics.read_text().splitlines()[-1])
+
+
 @pytest.mark.mpi
 def test_train_refuses_a_typed_job_over_its_memory_limit_and_records_the_plan(typed_parts, tmp_path):
     from gnn_dist.partition.format import load_meta, part_file_name
@@ -502,13 +514,7 @@ def test_train_refuses_a_typed_job_over_its_memory_limit_and_records_the_plan(ty
     metrics = tmp_path / "m.jsonl"
     common = ["train", "--parts", str(typed_parts[2]), "--model", "rgcn", "--hidden", "16", "--no-progress",
               "--metrics-out", str(metrics)]
-    done = run_mpi(2, *common, "--epochs", "2", "--memory-limit", "100M")
-    errors = [line for line in done.stderr.splitlines() if "error" in line]
-    assert done.returncode != 0 and len(errors) == 1 and "over --memory-limit 0.10 GiB" in errors[0], done.stderr
-    assert not metrics.exists()
-    done = run_mpi(2, *common, "--epochs", "1", "--memory-limit", "4G")
-    assert done.returncode == 0, done.stderr
-    final = json.loads(metrics.read_text().splitlines()[-1])
+    final = refused_then_fitting(common, metrics)
     meta = load_meta(typed_parts[2])
     planned = []
     for k in range(2):

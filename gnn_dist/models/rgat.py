@@ -140,6 +140,9 @@ class DistRGATConv(RelationConv):
             dropout = self._edge_dropout(r, ids, reached, sources)
             add_rows_(out, reached, attention(operator, source, x_dst.index_select(0, reached) @ self._folded(r),
                                               self.heads, None, dropout))
+            # without autograd (evaluation's chunks) nothing else holds a relation's rows: free them before the
+            # next relation gathers its own, or two relations' [sources, in + out] rows would be alive at once
+            del source, dropout
         return out
 
     def _folded(self, r: int) -> torch.Tensor:
