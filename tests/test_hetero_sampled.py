@@ -350,7 +350,7 @@ def test_the_sampled_plan_counts_what_set_up_and_training_keep(typed_parts, num_
     (levels, edges, distinct (relation, target) rows, outermost nodes per type)."""
     from gnn_dist.plan.memory import plan_config_of
     from gnn_dist.plan.typed import typed_shape
-    from gnn_dist.plan.typed_sampled import SampledBatchShape, plan_typed_sampled_phases
+    from gnn_dist.plan.typed_sampled import EvaluationChunks, SampledBatchShape, plan_typed_sampled_phases
 
     config = TrainConfig(parts=str(typed_parts[num_parts]), epochs=0, progress=False, seed=3, mode="sampled",
                          sampled=SampledConfig(fanouts=(3, 2), batch_size=8),
@@ -370,16 +370,28 @@ def test_the_sampled_plan_counts_what_set_up_and_training_keep(typed_parts, num_
         names, blocks = mode.sampler.sample(seeds, 0, 0)
         part = load_part(typed_parts[num_parts], comm.rank)
         return (csr_bytes, replicated, sum(s.numel() for s in shards), names, blocks, mode.sampler.num_types,
-                typed_shape(part.arrays, part.meta), part.meta.num_classes)
+                typed_shape(part.arrays, part.meta), part.meta.num_classes,
+                EvaluationChunks.of(part.arrays, part.meta, 5))
 
-    for csr_bytes, replicated, shard_values, names, blocks, num_types, shape, num_classes in \
+    for csr_bytes, replicated, shard_values, names, blocks, num_types, shape, num_classes, chunks in \
             run_fake_ranks(num_parts, rank_fn):
+        # evaluation's chunks of 5 rows add up to the part's own counts per relation (typed_shape counts them from
+        # a whole-part table): every entry and (relation, row) once; a chunk's distinct sources at most the part's
+        for kind, rows in ((chunks.owned, shape.owned), (chunks.target, shape.target)):
+            assert sum(r for r, _ in kind) == rows and all(r <= 5 for r, _ in kind)
+            for k, (e, a, s, into_target) in enumerate(shape.relations):
+                if kind is chunks.owned or into_target:
+                    assert sum(c[k][0] for _, c in kind) == e and sum(c[k][1] for _, c in kind) == a
+                    assert all(c[k][2] <= min(s, c[k][0]) for _, c in kind)
+                    assert a == 0 or any(c[k][2] > 0 for _, c in kind)
+                else:
+                    assert all(c[k] == (0, 0, 0) for _, c in kind)
         batch = SampledBatchShape.of(names, blocks, num_types)
         assert batch.levels == (blocks[0].n_dst, *(b.n_src for b in blocks)) and batch.levels[-1] == len(names)
         assert batch.edges == tuple(len(b.dst) for b in reversed(blocks))
         assert batch.reached == tuple(len(set(zip(b.relation.tolist(), b.dst.tolist()))) for b in reversed(blocks))
         assert batch.outer_per_type == tuple(int((names % num_types == k).sum()) for k in range(num_types))
-        plan = plan_typed_sampled_phases(shape, batch, plan_config_of(config), num_classes)
+        plan = plan_typed_sampled_phases(shape, batch, chunks, plan_config_of(config), num_classes)
         assert plan["train"].parts["sampler CSRs"] == csr_bytes
         assert plan["train"].parts["parameters, Adam"] == replicated * 4 * 5 + shard_values * 4 * 3
         assert plan["setup"].parts["parameters"] == (replicated + shard_values) * 4

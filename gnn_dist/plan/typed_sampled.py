@@ -28,6 +28,7 @@ import numpy as np
 
 from gnn_dist.memory.host import PROCESS_BYTES
 from gnn_dist.models import model_class
+from gnn_dist.partition.format import type_offsets
 from gnn_dist.plan.liveness import FLOAT, INDEX, Liveness
 from gnn_dist.plan.memory import MemoryPlan
 from gnn_dist.plan.options import PlanConfig
@@ -62,8 +63,48 @@ class SampledBatchShape:
                    tuple(np.bincount(np.asarray(names) % num_types, minlength=num_types).tolist()))
 
 
-def plan_typed_sampled_phases(shape: TypedShape, batch: SampledBatchShape, config: PlanConfig, num_classes: int,
-                              cache_bytes: int = 0, eval_chunk_nodes: int = 16384) -> dict[str, MemoryPlan]:
+@dataclass(frozen=True)
+class EvaluationChunks:
+    """The sizes of evaluation's chunks (TypedStack._chunked), read from the part's CSR: for every chunk of the
+    owned rows (the hidden layers') and of the target's rows (the last layer's), its rows and per relation its
+    (entries, (relation, row) rows reached, distinct sources). A chunk's distinct sources are what R-GAT gathers
+    and transforms; they depend on the graph's locality, which no average over the part predicts."""
+
+    owned: tuple   # per chunk: (rows, ((entries, reached, sources) per relation))
+    target: tuple
+
+    @classmethod
+    def of(cls, arrays: dict, meta, chunk_nodes: int) -> EvaluationChunks:
+        hetero = meta.hetero
+        owned_type = np.searchsorted(type_offsets(hetero), arrays["node_ids"], side="right") - 1
+        target = np.flatnonzero(owned_type == list(hetero["node_types"]).index(hetero["target"]))
+        sizes = [_chunk_sizes(rows, arrays, len(hetero["relations"]), chunk_nodes)
+                 for rows in (np.arange(len(arrays["node_ids"])), target)]
+        return cls(*sizes)
+
+
+def _chunk_sizes(rows: np.ndarray, arrays: dict, num_relations: int, chunk_nodes: int) -> tuple:
+    indptr, indices, edge_type = arrays["indptr"], arrays["indices"], arrays["edge_type"]
+    columns = int(indices.max()) + 1 if len(indices) else 1
+    chunks = []
+    for start in range(0, len(rows), max(chunk_nodes, 1)):
+        chunk = rows[start:start + chunk_nodes]
+        starts = indptr[chunk]
+        degrees = indptr[chunk + 1] - starts
+        # every entry of the chunk's rows: its row's start plus its rank within the row
+        entries = np.arange(int(degrees.sum()), dtype=np.int64) + np.repeat(starts - (np.cumsum(degrees) - degrees),
+                                                                           degrees)
+        relation = edge_type[entries].astype(np.int64)
+        target = np.repeat(np.arange(len(chunk), dtype=np.int64), degrees)
+        counts = [np.bincount(relation, minlength=num_relations),
+                  np.bincount(np.unique(relation * len(chunk) + target) // len(chunk), minlength=num_relations),
+                  np.bincount(np.unique(relation * columns + indices[entries]) // columns, minlength=num_relations)]
+        chunks.append((len(chunk), tuple(zip(*(c.tolist() for c in counts)))))
+    return tuple(chunks)
+
+
+def plan_typed_sampled_phases(shape: TypedShape, batch: SampledBatchShape, chunks: EvaluationChunks,
+                              config: PlanConfig, num_classes: int, cache_bytes: int = 0) -> dict[str, MemoryPlan]:
     """Predicted peak resident bytes of a rank in typed sampled training, per phase (setup, train, eval)."""
     model = config.model
     H, C = model.hidden, num_classes
@@ -97,24 +138,28 @@ def plan_typed_sampled_phases(shape: TypedShape, batch: SampledBatchShape, confi
         # shards: values and SparseAdam's two moments (their gradients are per batch, never a dense copy)
         "parameters, Adam": replicated * FLOAT * 5 + shard_bytes * 3,
         "feature cache": cache_bytes,
-        # the exchanges' send buffers, kept for reuse (HaloExchanger.buffer) from the first evaluation on: the
-        # layers' rows at --hidden width, and the embedding rows' own exchange
-        "halo send buffers": (shape.sent + shape.sent_featureless) * H * FLOAT if shape.sent else 0,
+        # the exchanges' send buffers, kept for reuse (HaloExchanger.buffer, one per width) from the first
+        # evaluation on: the later layers' input rows at each of their widths, and the embedding rows' own exchange
+        "halo send buffers": (shape.sent * sum({i for i, _, _ in widths[1:]}) + shape.sent_featureless * H) * FLOAT
+        if shape.sent else 0,
     }
     phases = {"setup": _setup(shape, persistent, E, replicated * FLOAT, shard_bytes)}
     live = Liveness(persistent)
     _step(live, batch, shape, widths, H, C)
     phases["train"] = MemoryPlan(live.peak, "train", live.at_peak)
     live = Liveness(persistent)
-    _evaluation(live, shape, widths, H, eval_chunk_nodes, conv_type.attention)
+    # the last step's fetched embedding rows and their gradients stay referenced (TypedBatchInputs.fetched)
+    live.alloc("last step's embedding rows", 2 * sum(c for c, w in zip(batch.outer_per_type, shape.widths) if not w)
+               * H * FLOAT)
+    _evaluation(live, shape, widths, H, chunks, conv_type.attention)
     phases["eval"] = MemoryPlan(live.peak, "eval", live.at_peak)
     return phases
 
 
-def plan_typed_sampled(shape: TypedShape, batch: SampledBatchShape, config: PlanConfig, num_classes: int,
-                       cache_bytes: int = 0, eval_chunk_nodes: int = 16384) -> MemoryPlan:
+def plan_typed_sampled(shape: TypedShape, batch: SampledBatchShape, chunks: EvaluationChunks, config: PlanConfig,
+                       num_classes: int, cache_bytes: int = 0) -> MemoryPlan:
     """The largest of the phases' peaks."""
-    return max(plan_typed_sampled_phases(shape, batch, config, num_classes, cache_bytes, eval_chunk_nodes).values(),
+    return max(plan_typed_sampled_phases(shape, batch, chunks, config, num_classes, cache_bytes).values(),
                key=lambda plan: plan.peak)
 
 
@@ -196,43 +241,45 @@ def _step(live: Liveness, batch: SampledBatchShape, shape: TypedShape, widths, H
     live.alloc("next prepared batch", _prepared_bytes(batch, shape))
 
 
-def _evaluation(live: Liveness, shape: TypedShape, widths, H: int, chunk_nodes: int, attends: bool) -> None:
+def _evaluation(live: Liveness, shape: TypedShape, widths, H: int, chunks: EvaluationChunks, attends: bool) -> None:
     """TypedStack._chunked: the typed inputs' [owned | halo] rows (made per type, joined, ordered), then per layer
-    its input rows, its output rows, and one chunk's operator and temporaries at a time."""
+    its input rows, its output rows, and one chunk's operator and temporaries at a time (the costliest chunk)."""
     n, h, t = shape.owned, shape.halo, shape.target
     featureless_halo = sum(c for c, w in zip(shape.halo_per_type, shape.widths) if not w)
     _inputs(live, shape, H, featureless_halo)  # the whole forward's typed inputs: the same code
     L = len(widths)
     for k, (i, o, options) in enumerate(widths):
         last = k == L - 1
-        rows = t if last else n
-        # a chunk's share of each relation's entries, (relation, node) rows and sources: the part's averages over
-        # the rows the layer computes (the last layer: the target's, over the relations into it)
-        into = [(e, a, s) for e, a, s, into_target in shape.relations if e and (into_target or not last)]
-        chunk = min(chunk_nodes, rows)
-        share = chunk / max(rows, 1)
-        edges, reached = share * sum(e for e, _, _ in into), share * sum(a for _, a, _ in into)
         if k > 0:  # the layer's halo rows exchanged into a new [owned | halo]; the previous output stays referenced
             live.rename("layer input", "previous output")  # until the layer is done
             live.alloc("layer input", (n + h) * i * FLOAT)
             live.alloc("send buffer", shape.sent * i * FLOAT)
             live.free("send buffer")
-        live.alloc("layer output", rows * o * FLOAT)
-        # a chunk's operator (as a batch's: the entries, their targets, sources and relations), its target rows
-        # and its output
-        live.alloc("chunk", edges * (OPERATOR_BYTES_PER_EDGE + BLOCK_BYTES_PER_EDGE) + chunk * (i + o) * FLOAT)
-        if attends:
-            # R-GAT, relation by relation: its gathered form (the distinct sources found by a sort of the entries,
-            # CSR and transpose), its sources' rows and their [x W | a_src], its nodes' rows and a_dst, its edges'
-            # scores and weights, its output rows
-            heads = options.get("heads", 1)
-            live.alloc("relation temporaries", max((
-                share * e * (2 * INDEX + 2 * (CSR_INDEX + FLOAT) + 3 * heads * FLOAT)
-                + min(share * e, s) * (INDEX + (i + o + heads) * FLOAT) + share * a * (i + heads + o) * FLOAT
-                for e, a, s in into), default=0))
-        else:
-            # R-GCN: the stacked form (CSR and transpose), the aggregated rows, one relation's product with its weight
-            live.alloc("relation temporaries", edges * 2 * (CSR_INDEX + FLOAT) + reached * i * FLOAT
-                       + reached / max(len(into), 1) * o * FLOAT)
+        live.alloc("layer output", (t if last else n) * o * FLOAT)
+        heads = options.get("heads", 1)
+        operator, temporaries = max((_chunk_bytes(rows, relations, i, o, heads, attends)
+                                     for rows, relations in (chunks.target if last else chunks.owned)),
+                                    key=sum, default=(0, 0))
+        live.alloc("chunk", operator)
+        live.alloc("relation temporaries", temporaries)
         live.free("relation temporaries", "chunk", "layer input", "previous output")
         live.rename("layer output", "layer input")
+
+
+def _chunk_bytes(rows: int, relations: tuple, i: int, o: int, heads: int, attends: bool) -> tuple[int, int]:
+    """(a chunk's operator and rows, its relations' temporaries at their largest). The operator as a batch's: the
+    entries, their targets, sources and relations; the chunk's target rows and output."""
+    edges = sum(e for e, _, _ in relations)
+    operator = edges * (OPERATOR_BYTES_PER_EDGE + BLOCK_BYTES_PER_EDGE) + rows * (i + o) * FLOAT
+    if attends:
+        # R-GAT, relation by relation (each freed before the next): its gathered form (the distinct sources found
+        # by a sort of the entries, CSR and transpose), its sources' rows and their [x W | a_src], its nodes' rows
+        # and a_dst, its edges' scores and weights, its output rows
+        temporaries = max((e * (2 * INDEX + 2 * (CSR_INDEX + FLOAT) + 3 * heads * FLOAT)
+                           + s * (INDEX + (i + o + heads) * FLOAT) + a * (i + heads + o) * FLOAT
+                           for e, a, s in relations if e), default=0)
+    else:
+        # R-GCN: the stacked form (CSR and transpose), the aggregated rows, one relation's product with its weight
+        temporaries = edges * 2 * (CSR_INDEX + FLOAT) + sum(a for _, a, _ in relations) * i * FLOAT \
+            + max((a for _, a, _ in relations), default=0) * o * FLOAT
+    return int(operator), int(temporaries)

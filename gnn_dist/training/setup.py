@@ -42,7 +42,7 @@ from gnn_dist.partition_report import edge_imbalance_warning
 from gnn_dist.plan.host import plan_host
 from gnn_dist.plan.memory import MemoryPlan, plan_config_of, plan_part
 from gnn_dist.plan.typed import plan_typed, typed_shape
-from gnn_dist.plan.typed_sampled import SampledBatchShape, plan_typed_sampled
+from gnn_dist.plan.typed_sampled import EvaluationChunks, SampledBatchShape, plan_typed_sampled
 from gnn_dist.resilience.checkpoint import graph_identity, load_checkpoint
 from gnn_dist.resilience.watchdog import NoWatchdog, Watchdog
 from gnn_dist.schedules import parse_schedule, schedule_for_model
@@ -245,9 +245,10 @@ def refuse_if_sampled_memory_short(ctx: RankContext, config: TrainConfig, part, 
         return None
     names, blocks = mode.first_batch()
     batch = SampledBatchShape.of(names, blocks, mode.sampler.num_types)
-    host = plan_typed_sampled(typed_shape(part.arrays, part.meta), batch, plan_config_of(config), task.output_width(),
-                              cache_bytes=int(config.sampled.feature_cache_mb * 2**20) if mode.caching else 0,
-                              eval_chunk_nodes=config.eval_chunk_nodes)
+    chunks = EvaluationChunks.of(part.arrays, part.meta, config.eval_chunk_nodes)
+    host = plan_typed_sampled(typed_shape(part.arrays, part.meta), batch, chunks, plan_config_of(config),
+                              task.output_width(),
+                              cache_bytes=int(config.sampled.feature_cache_mb * 2**20) if mode.caching else 0)
     reason = host_refusal(ctx, config, host)
     if reason is not None:
         raise SetupError(reason)
