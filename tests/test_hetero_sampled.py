@@ -371,12 +371,23 @@ def test_the_sampled_plan_counts_what_set_up_and_training_keep(typed_parts, num_
         part = load_part(typed_parts[num_parts], comm.rank)
         return (csr_bytes, replicated, sum(s.numel() for s in shards), names, blocks, mode.sampler.num_types,
                 typed_shape(part.arrays, part.meta), part.meta.num_classes,
-                EvaluationChunks.of(part.arrays, part.meta, 5))
+                EvaluationChunks.of(part.arrays, part.meta, 5),
+                ((part.indptr, part.indices, part.edge_type), state.model.output_rows.numpy()))
 
-    for csr_bytes, replicated, shard_values, names, blocks, num_types, shape, num_classes, chunks in \
+    for csr_bytes, replicated, shard_values, names, blocks, num_types, shape, num_classes, chunks, part_csr in \
             run_fake_ranks(num_parts, rank_fn):
-        # evaluation's chunks of 5 rows add up to the part's own counts per relation (typed_shape counts them from
-        # a whole-part table): every entry and (relation, row) once; a chunk's distinct sources at most the part's
+        # evaluation's chunks of 5 rows, counted here entry by entry from the part's CSR
+        part_arrays, target_rows = part_csr
+        for kind, rows in ((chunks.owned, np.arange(shape.owned)), (chunks.target, target_rows)):
+            indptr, indices, edge_type = part_arrays
+            for (size, counts), start in zip(kind, range(0, len(rows), 5)):
+                chunk = rows[start:start + 5]
+                assert size == len(chunk)
+                for r in range(len(shape.relations)):
+                    pairs = [(int(v), int(indices[j])) for v in chunk for j in range(indptr[v], indptr[v + 1])
+                             if edge_type[j] == r]
+                    assert counts[r] == (len(pairs), len({v for v, _ in pairs}), len({u for _, u in pairs}))
+        # and add up to the part's own counts per relation (typed_shape counts them from a whole-part table)
         for kind, rows in ((chunks.owned, shape.owned), (chunks.target, shape.target)):
             assert sum(r for r, _ in kind) == rows and all(r <= 5 for r, _ in kind)
             for k, (e, a, s, into_target) in enumerate(shape.relations):
@@ -406,3 +417,29 @@ def test_sampled_typed_training_refuses_a_job_over_its_memory_limit_and_records_
               "--fanouts", "4,4", "--batch-size", "8", "--no-progress", "--metrics-out", str(metrics)]
     planned = refused_then_fitting(common, metrics)["planned_peak_rss_bytes_per_rank"]
     assert planned is not None and len(planned) == 2 and all(p > 300 << 20 for p in planned)
+
+
+def test_the_sampled_plans_evaluation_takes_each_layers_costliest_chunk_of_its_own_rows():
+    """The walk of evaluation: the hidden layers' chunks are the owned rows', the last layer's the target's, and
+    a layer's cost is its costliest chunk (a chunk of far more entries than the others sets it)."""
+    from gnn_dist.plan.liveness import Liveness
+    from gnn_dist.plan.typed import TypedShape
+    from gnn_dist.plan.typed_sampled import EvaluationChunks, _chunk_bytes, _evaluation
+
+    shape = TypedShape(owned=100, halo=0, target=40, train=10, sent=0, sent_featureless=0, owned_per_type=(40, 60),
+                       halo_per_type=(0, 0), widths=(8, 0), relations=((500, 90, 80, False), (300, 40, 30, True)),
+                       file_bytes=0)
+    small, large = (10, ((5, 5, 5), (5, 5, 5))), (10, ((0, 0, 0), (10**7, 10, 10**6)))
+    widths = [(16, 16, {}), (16, 3, {})]
+    for attends in (False, True):
+        for owned, target, expected in (((small,), (small, large), large), ((small, large), (small,), small)):
+            live = Liveness({})
+            _evaluation(live, shape, widths, 16, EvaluationChunks(owned=owned, target=target), attends)
+            # the last layer's chunk is alive at the last layer's peak
+            assert sum(_chunk_bytes(*expected, 16, 3, 1, attends)) <= live.peak
+            if expected is small:  # the large owned chunk sets the hidden layer's peak, not the last's
+                assert live.at_peak["chunk"] + live.at_peak["relation temporaries"] == \
+                    sum(_chunk_bytes(*large, 16, 16, 1, attends))
+            else:
+                assert live.at_peak["chunk"] + live.at_peak["relation temporaries"] == \
+                    sum(_chunk_bytes(*large, 16, 3, 1, attends))
