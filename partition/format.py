@@ -345,7 +345,8 @@ def _check_typed_arrays(path: Path, arrays: dict, meta: PartitionMeta) -> None:
 def load_node_map(directory: str | os.PathLike) -> np.ndarray:
     path = Path(directory) / NODE_MAP_FILE
     try:
-        return np.load(path, allow_pickle=False)
+        with _READ_LOCK:  # simulated ranks read it together (see _READ_LOCK)
+            return np.load(path, allow_pickle=False)
     except (ValueError, OSError) as err:
         raise PartitionFormatError(f"{path}: unreadable ({err}): re-run gnn-dist partition") from err
 
