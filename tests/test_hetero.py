@@ -493,12 +493,13 @@ def test_the_typed_plan_counts_the_forms_and_shards_the_layers_build(typed_parts
         assert plan.parts["parameters, Adam"] == replicated * 4 * 5 + shard_rows * 8 * 4 * 4
 
 
-def refused_then_fitting(common: list, metrics) -> dict:
-    """`common` at P=2 under --memory-limit 100M: refused with one error line before anything is written; then
-    under 4G for one epoch: its final record."""
+def refused_then_fitting(common: list, metrics, phase: str | None = None) -> dict:
+    """`common` at P=2 under --memory-limit 100M: refused with one error line before anything is written (on
+    the plan of `phase`, when given); then under 4G for one epoch: its final record."""
     done = run_mpi(2, *common, "--epochs", "2", "--memory-limit", "100M")
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert done.returncode != 0 and len(errors) == 1 and "over --memory-limit 0.10 GiB" in errors[0], done.stderr
+    assert phase is None or f"at its peak (in {phase}: " in errors[0], errors[0]
     assert not metrics.exists()
     done = run_mpi(2, *common, "--epochs", "1", "--memory-limit", "4G")
     assert done.returncode == 0, done.stderr

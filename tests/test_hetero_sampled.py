@@ -410,13 +410,36 @@ def test_the_sampled_plan_counts_what_set_up_and_training_keep(typed_parts, num_
 
 @pytest.mark.mpi
 def test_sampled_typed_training_refuses_a_job_over_its_memory_limit_and_records_the_plan(typed_parts, tmp_path):
-    """A typed sampled job whose plan passes --memory-limit stops before its first epoch with one line and no
-    metrics; under a limit it fits, every rank's planned peak is in the final record."""
+    """A typed sampled job is refused in one line, with no metrics written: over set-up's own plan (no batch
+    needed) before it loads features or builds shards; between set-up's plan and the whole plan (sized by a
+    sampled batch) before its first epoch. Under a limit it fits, every rank's planned peak is in the final
+    record, above set-up's plan."""
+    from gnn_dist.partition.format import part_file_name
+    from gnn_dist.plan.memory import plan_config_of
+    from gnn_dist.plan.typed import typed_shape
+    from gnn_dist.plan.typed_sampled import plan_typed_sampled_setup
+
     metrics = tmp_path / "m.jsonl"
     common = ["train", "--parts", str(typed_parts[2]), "--model", "rgcn", "--hidden", "16", "--mode", "sampled",
-              "--fanouts", "4,4", "--batch-size", "8", "--no-progress", "--metrics-out", str(metrics)]
-    planned = refused_then_fitting(common, metrics)["planned_peak_rss_bytes_per_rank"]
-    assert planned is not None and len(planned) == 2 and all(p > 300 << 20 for p in planned)
+              "--fanouts", "4,4", "--batch-size", "8", "--no-progress"]
+    planned = refused_then_fitting([*common, "--metrics-out", str(metrics)], metrics,
+                                   phase="setup")["planned_peak_rss_bytes_per_rank"]
+    meta = load_meta(typed_parts[2])
+    config = plan_config_of(TrainConfig(parts=str(typed_parts[2]), mode="sampled", model=ModelConfig(model="rgcn",
+                                                                                                       hidden=16)))
+    setup_peaks = []
+    for k in range(2):
+        with np.load(typed_parts[2] / part_file_name(k)) as archive:
+            shape = typed_shape({name: archive[name] for name in archive.files}, meta)
+        setup_peaks.append(plan_typed_sampled_setup(shape, config, meta.num_classes).peak)
+    assert planned is not None and len(planned) == 2 and max(setup_peaks) < min(planned)
+    between = tmp_path / "between.jsonl"
+    done = run_mpi(2, *common, "--metrics-out", str(between), "--epochs", "1", "--memory-limit",
+                   str((max(setup_peaks) + min(planned)) // 2))
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert done.returncode != 0 and len(errors) == 1 and "over --memory-limit" in errors[0], done.stderr
+    assert "at its peak (in setup: " not in errors[0], errors[0]
+    assert not between.exists()
 
 
 def test_the_sampled_plans_evaluation_takes_each_layers_costliest_chunk_of_its_own_rows():

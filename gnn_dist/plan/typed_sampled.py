@@ -106,12 +106,36 @@ def _chunk_sizes(rows: np.ndarray, arrays: dict, num_relations: int, chunk_nodes
 def plan_typed_sampled_phases(shape: TypedShape, batch: SampledBatchShape, chunks: EvaluationChunks,
                               config: PlanConfig, num_classes: int, cache_bytes: int = 0) -> dict[str, MemoryPlan]:
     """Predicted peak resident bytes of a rank in typed sampled training, per phase (setup, train, eval)."""
+    H = config.model.hidden
+    widths = config.model.layers(H, num_classes)
+    persistent, setup = _kept(shape, config, num_classes, cache_bytes)
+    phases = {"setup": setup}
+    live = Liveness(persistent)
+    _step(live, batch, shape, widths, H, num_classes)
+    phases["train"] = MemoryPlan(live.peak, "train", live.at_peak)
+    live = Liveness(persistent)
+    # the last step's fetched embedding rows and their gradients stay referenced (TypedBatchInputs.fetched)
+    live.alloc("last step's embedding rows", 2 * sum(c for c, w in zip(batch.outer_per_type, shape.widths) if not w)
+               * H * FLOAT)
+    _evaluation(live, shape, widths, H, chunks, model_class(config.model.model).attention)
+    phases["eval"] = MemoryPlan(live.peak, "eval", live.at_peak)
+    return phases
+
+
+def plan_typed_sampled_setup(shape: TypedShape, config: PlanConfig, num_classes: int) -> MemoryPlan:
+    """Set-up's peak alone, which needs no batch: what a rank can be refused on before it loads features, builds
+    shards or samples anything (the whole plan follows once a batch is drawn)."""
+    return _kept(shape, config, num_classes, 0)[1]
+
+
+def _kept(shape: TypedShape, config: PlanConfig, num_classes: int, cache_bytes: int) -> tuple[dict, MemoryPlan]:
+    """(what stays alive through training and evaluation, set-up's plan)."""
     model = config.model
-    H, C = model.hidden, num_classes
+    H = model.hidden
     n, h = shape.owned, shape.halo
     E = sum(e for e, _, _, _ in shape.relations)
     R = len(shape.relations)
-    widths = model.layers(H, C)
+    widths = model.layers(H, num_classes)
     conv_type = model_class(model.model)
     featured = [k for k, w in enumerate(shape.widths) if w]
     featureless = [k for k, w in enumerate(shape.widths) if not w]
@@ -143,17 +167,7 @@ def plan_typed_sampled_phases(shape: TypedShape, batch: SampledBatchShape, chunk
         "halo send buffers": (shape.sent * sum({i for i, _, _ in widths[1:]}) + shape.sent_featureless * H) * FLOAT
         if shape.sent else 0,
     }
-    phases = {"setup": _setup(shape, persistent, E, replicated * FLOAT, shard_bytes)}
-    live = Liveness(persistent)
-    _step(live, batch, shape, widths, H, C)
-    phases["train"] = MemoryPlan(live.peak, "train", live.at_peak)
-    live = Liveness(persistent)
-    # the last step's fetched embedding rows and their gradients stay referenced (TypedBatchInputs.fetched)
-    live.alloc("last step's embedding rows", 2 * sum(c for c, w in zip(batch.outer_per_type, shape.widths) if not w)
-               * H * FLOAT)
-    _evaluation(live, shape, widths, H, chunks, conv_type.attention)
-    phases["eval"] = MemoryPlan(live.peak, "eval", live.at_peak)
-    return phases
+    return persistent, _setup(shape, persistent, E, replicated * FLOAT, shard_bytes)
 
 
 def plan_typed_sampled(shape: TypedShape, batch: SampledBatchShape, chunks: EvaluationChunks, config: PlanConfig,

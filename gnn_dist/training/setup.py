@@ -42,7 +42,12 @@ from gnn_dist.partition_report import edge_imbalance_warning
 from gnn_dist.plan.host import plan_host
 from gnn_dist.plan.memory import MemoryPlan, plan_config_of, plan_part
 from gnn_dist.plan.typed import plan_typed, typed_shape
-from gnn_dist.plan.typed_sampled import EvaluationChunks, SampledBatchShape, plan_typed_sampled
+from gnn_dist.plan.typed_sampled import (
+    EvaluationChunks,
+    SampledBatchShape,
+    plan_typed_sampled,
+    plan_typed_sampled_setup,
+)
 from gnn_dist.resilience.checkpoint import graph_identity, load_checkpoint
 from gnn_dist.resilience.watchdog import NoWatchdog, Watchdog
 from gnn_dist.schedules import parse_schedule, schedule_for_model
@@ -106,8 +111,9 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     if config.mode == "full" and overlap:
         # One host: the overlapped exchanges' rows go through shared memory instead of MPI's copies.
         shared = agree_on_setup(ctx, lambda: SharedHalo.open(comm, np.diff(part.send_ptr)))
+    # sampled training on a typed graph: set-up's plan now (no batch yet), the whole plan once its sampler exists
     planned = refuse_if_memory_short(ctx, config, part, task, device, shared_halo=shared is not None) \
-        if config.mode == "full" else (None, None)
+        if config.mode == "full" or meta.hetero is not None else (None, None)
     # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
     watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort, explain=peers.unreachable if peers else None) \
         if config.timeout != 0 and ctx.comm.aborts_job else NoWatchdog()
@@ -211,7 +217,9 @@ def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task, de
     plan_config = dataclasses.replace(plan_config, device=device.type,
                                       shared_halo=plan_config.shared_halo and shared_halo)
     width = task.output_width()
-    if part.meta.hetero is not None:  # a typed graph's plan (gnn_dist.plan.typed): the host's, no device plan
+    if part.meta.hetero is not None and config.mode == "sampled":  # set-up's share of gnn_dist.plan.typed_sampled
+        shape, host = None, plan_typed_sampled_setup(typed_shape(part.arrays, part.meta), plan_config, width)
+    elif part.meta.hetero is not None:  # a typed graph's plan (gnn_dist.plan.typed): the host's, no device plan
         shape, host = None, plan_typed(typed_shape(part.arrays, part.meta), plan_config, width)
     else:
         shape = part_shape(part)
@@ -232,7 +240,7 @@ def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task, de
 def host_refusal(ctx: RankContext, config: TrainConfig, host: MemoryPlan) -> str | None:
     """Why the job's ranks would not fit their hosts (or a rank would pass --memory-limit) with these planned
     peaks, every rank's gathered (collective); None when they fit."""
-    mine = RankMemory(socket.gethostname(), host.peak, host.summary(3), current_rss_bytes(),
+    mine = RankMemory(socket.gethostname(), host.peak, f"in {host.phase}: {host.summary(3)}", current_rss_bytes(),
                       available_memory_bytes(), host_budget_bytes())
     return memory_refusal(ctx.comm.allgather_object(mine), config.memory_limit)
 
