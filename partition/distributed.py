@@ -39,7 +39,7 @@ from gnn_dist.partition.format import (
     part_file_name,
     sha256_of,
 )
-from gnn_dist.partition.graph import Graph, sorted_distinct_keys
+from gnn_dist.partition.graph import Graph, entries_of_rows, sorted_distinct_keys
 from gnn_dist.partition.metis import PartitionError, check_num_parts, locality_blocks_of_part
 from gnn_dist.partition.partitioner import DEFAULT_LOCALITY_BLOCK
 from gnn_dist.partition.shuffle import agree, allreduce_array, exchange, group_by
@@ -96,11 +96,6 @@ def my_edge_chunks(counts: list[int], rank: int, size: int) -> list[int]:
     total = max(1, sum(counts))
     before = np.concatenate([[0], np.cumsum(counts)[:-1]]) if counts else np.zeros(0)
     return [i for i, b in enumerate(before) if (b * size) // total == rank]
-
-
-def _entries_of_rows(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Positions of the entries of rows that start at `starts` and hold `lens` entries, row after row."""
-    return np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
 
 
 def symmetric_csr_slice(comm, source, vtxdist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -203,7 +198,7 @@ def _build_my_parts(comm, source, vtxdist, indptr, adjacency, parts, partptr, se
     del nodes
     starts = indptr[:-1][order]
     lens = degree[order]
-    gather = _entries_of_rows(starts, lens)
+    gather = entries_of_rows(starts, lens)
     edge_counts = np.bincount((parts % size)[order], weights=lens, minlength=size).astype(np.int64)
     neighbours, _ = exchange(comm, adjacency[gather], edge_counts)
     del gather, starts, lens
@@ -216,7 +211,7 @@ def _build_my_parts(comm, source, vtxdist, indptr, adjacency, parts, partptr, se
         rows = rows[np.argsort(header[rows, 0], kind="stable")]
         orig = header[rows, 0]
         lens = header[rows, 4]
-        gather = _entries_of_rows(offsets[rows], lens)
+        gather = entries_of_rows(offsets[rows], lens)
         nb = neighbours[gather]
         del gather
         row_of_entry = np.repeat(np.arange(orig.shape[0]), lens)

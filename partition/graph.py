@@ -100,6 +100,13 @@ class Graph:
             raise DatasetError(f"dataset {self.name!r}: edge_index refers to nodes outside [0, {n})")
 
 
+def entries_of_rows(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The positions of the entries of rows that start at `starts` and hold `lengths` entries, row after row (the
+    concatenation of arange(start, start + length) for each pair): a CSR's entries of some of its rows."""
+    total = int(lengths.sum())
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)
+
+
 def symmetrize(edge_index: np.ndarray, num_nodes: int) -> np.ndarray:
     """Both directions of every edge, each directed edge once, self loops removed.
 

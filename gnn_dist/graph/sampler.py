@@ -33,12 +33,7 @@ from gnn_dist.comm.communicator import Comm, exchange_rows
 from gnn_dist.kernels.keyed_random import edge_scores, sample_key
 from gnn_dist.kernels.native import native_module
 from gnn_dist.partition.format import PartData
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(start, start + length) for each pair."""
-    total = int(lengths.sum())
-    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)
+from gnn_dist.partition.graph import entries_of_rows
 
 
 class Relabel:
@@ -108,12 +103,12 @@ class RowSampler:
         if total == 0:
             return np.zeros(len(rows), dtype=np.int64), np.zeros(0, dtype=np.int64)
         row_of = np.repeat(np.arange(len(rows), dtype=np.int64), degrees)
-        neighbours = indices[_ranges(starts, degrees)]
+        neighbours = indices[entries_of_rows(starts, degrees)]
         scores = edge_scores(key, self.orig[rows][row_of], self.orig[neighbours])
         order = np.lexsort((scores, row_of))
         # Sorting keeps rows grouped in place, so position k of `order` has the same rank within
         # its row as entry k of the CSR slices: the first `fanout` of each row win.
-        rank_in_row = _ranges(np.zeros(len(rows), dtype=np.int64), degrees)
+        rank_in_row = entries_of_rows(np.zeros(len(rows), dtype=np.int64), degrees)
         keep = np.sort(order[rank_in_row < fanout])  # each row's winners in CSR order, as the native kernel lists them
         return np.minimum(degrees, fanout), self.names[neighbours[keep]]
 
@@ -204,8 +199,8 @@ class DistributedSampler:
         # lay both groups out in frontier order
         offsets = np.cumsum(counts) - counts
         sources = np.empty(int(counts.sum()), dtype=np.int64)
-        sources[_ranges(offsets[mine], counts[mine])] = own_sources
-        sources[_ranges(offsets[remote], counts[remote])] = got_sources
+        sources[entries_of_rows(offsets[mine], counts[mine])] = own_sources
+        sources[entries_of_rows(offsets[remote], counts[remote])] = got_sources
         return counts, sources
 
     def sample(self, seeds_global: np.ndarray, epoch: int, step: int) -> tuple[np.ndarray, list[Block]]:

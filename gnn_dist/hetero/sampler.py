@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gnn_dist.graph.sampler import DistributedSampler, RowSampler, _ranges
+from gnn_dist.graph.sampler import DistributedSampler, RowSampler
 from gnn_dist.hetero.typed_part import TypedPart
 from gnn_dist.kernels.keyed_random import sample_key
+from gnn_dist.partition.graph import entries_of_rows
 
 
 @dataclass
@@ -111,7 +112,7 @@ class TypedSampler(DistributedSampler):
             # relation-major over every asker's rows -> asker-major, relation-major within an asker: runs moved
             run_starts = (np.cumsum(per_asker.ravel(order="F")) - per_asker.ravel(order="F")).reshape(per_asker.shape,
                                                                                                       order="F")
-            answer_sources = answer_sources[_ranges(run_starts.ravel(), per_asker.ravel())]
+            answer_sources = answer_sources[entries_of_rows(run_starts.ravel(), per_asker.ravel())]
             got_counts, _ = self._exchange_ints(answer_counts.reshape(-1), asked_counts * R)
             got_sources, _ = self._exchange_ints(answer_sources, per_asker.sum(1))
             got_counts = got_counts.reshape(-1, R)
@@ -127,7 +128,7 @@ class TypedSampler(DistributedSampler):
         place = (np.cumsum(flat) - flat).reshape(R, len(frontier))
         sources = np.empty(int(flat.sum()), dtype=np.int64)
         for rows, group_counts, group_sources in groups:
-            sources[_ranges(place[:, rows].ravel(), group_counts.T.ravel())] = group_sources
+            sources[entries_of_rows(place[:, rows].ravel(), group_counts.T.ravel())] = group_sources
         return counts, sources
 
     def sample(self, seeds: np.ndarray, epoch: int, step: int) -> tuple[np.ndarray, list[TypedBlock]]:

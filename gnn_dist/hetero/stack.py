@@ -23,7 +23,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnn_dist.graph.sampler import _ranges
 from gnn_dist.halo.exchange import HaloExchanger
 from gnn_dist.hetero.inputs import TypedInputs
 from gnn_dist.hetero.typed_part import TypedPart, edges_operator, relation_operator
@@ -31,6 +30,7 @@ from gnn_dist.kernels.keyed_random import stream_key
 from gnn_dist.models import model_class
 from gnn_dist.nn.dropout import keyed_dropout
 from gnn_dist.partition.format import PartData
+from gnn_dist.partition.graph import entries_of_rows
 
 
 class TypedStack(nn.Module):
@@ -169,7 +169,7 @@ class TypedStack(nn.Module):
         rows = rows.cpu().numpy()
         starts = indptr[rows]
         degrees = indptr[rows + 1] - starts
-        entries = _ranges(starts, degrees)
+        entries = entries_of_rows(starts, degrees)
         return edges_operator(np.repeat(np.arange(len(rows), dtype=np.int64), degrees),
                               indices[entries].astype(np.int64), edge_type[entries], len(rows), n_columns,
                               num_relations, self.output_rows.device)

@@ -29,6 +29,7 @@ import numpy as np
 from gnn_dist.memory.host import PROCESS_BYTES
 from gnn_dist.models import model_class
 from gnn_dist.partition.format import type_offsets
+from gnn_dist.partition.graph import entries_of_rows
 from gnn_dist.plan.liveness import FLOAT, INDEX, Liveness
 from gnn_dist.plan.memory import MemoryPlan
 from gnn_dist.plan.options import PlanConfig
@@ -91,9 +92,7 @@ def _chunk_sizes(rows: np.ndarray, arrays: dict, num_relations: int, chunk_nodes
         chunk = rows[start:start + chunk_nodes]
         starts = indptr[chunk]
         degrees = indptr[chunk + 1] - starts
-        # every entry of the chunk's rows: its row's start plus its rank within the row
-        entries = np.arange(int(degrees.sum()), dtype=np.int64) + np.repeat(starts - (np.cumsum(degrees) - degrees),
-                                                                           degrees)
+        entries = entries_of_rows(starts, degrees)
         relation = edge_type[entries].astype(np.int64)
         target = np.repeat(np.arange(len(chunk), dtype=np.int64), degrees)
         counts = [np.bincount(relation, minlength=num_relations),
