@@ -41,7 +41,7 @@ from gnn_dist.partition.format import load_meta, load_part, part_shape
 from gnn_dist.partition_report import edge_imbalance_warning
 from gnn_dist.plan.host import plan_host
 from gnn_dist.plan.memory import MemoryPlan, plan_config_of, plan_part
-from gnn_dist.plan.typed import plan_typed, typed_shape
+from gnn_dist.plan.typed import TypedShape, plan_typed, typed_shape
 from gnn_dist.plan.typed_sampled import (
     EvaluationChunks,
     SampledBatchShape,
@@ -111,8 +111,11 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     if config.mode == "full" and overlap:
         # One host: the overlapped exchanges' rows go through shared memory instead of MPI's copies.
         shared = agree_on_setup(ctx, lambda: SharedHalo.open(comm, np.diff(part.send_ptr)))
+    # a typed part's counts, which both of a typed sampled run's plans read (counted once: a pass over its entries)
+    typed_counts = typed_shape(part.arrays, part.meta) if meta.hetero is not None else None
     # sampled training on a typed graph: set-up's plan now (no batch yet), the whole plan once its sampler exists
-    planned = refuse_if_memory_short(ctx, config, part, task, device, shared_halo=shared is not None) \
+    planned = refuse_if_memory_short(ctx, config, part, task, device, shared_halo=shared is not None,
+                                     typed_counts=typed_counts) \
         if config.mode == "full" or meta.hetero is not None else (None, None)
     # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
     watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort, explain=peers.unreachable if peers else None) \
@@ -175,7 +178,7 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     state.mode = task.training_mode(state, part)
     if config.mode == "sampled":
         watchdog.beat("set-up: the memory plan of a sampled batch")
-        state.planned_host_bytes = refuse_if_sampled_memory_short(ctx, config, part, state.mode, task)
+        state.planned_host_bytes = refuse_if_sampled_memory_short(ctx, config, part, state.mode, task, typed_counts)
     if config.resume:
         watchdog.beat("set-up: loading the checkpoint")
         resume(state, metrics)
@@ -206,21 +209,24 @@ def resume(state: RankState, metrics: MetricsWriter) -> None:
 
 
 def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task, device: torch.device = HOST,
-                           shared_halo: bool = False) -> tuple[int, int | None]:
+                           shared_halo: bool = False, typed_counts: TypedShape | None = None) -> tuple[int, int | None]:
     """Plan this rank's peak (gnn_dist.plan.memory) and refuse on every rank, before the big allocations, if any
     host's ranks would not fit (or a rank would pass --memory-limit). On a GPU the host's plan (the process,
     the part file, the pinned staging buffers) is checked against the host, and the device's plan (every
     tensor training makes) against the GPU: the ranks sharing each GPU must fit in what it has free.
     shared_halo: whether the job's overlapped exchanges go through shared memory (gnn_dist.halo.shared).
+    typed_counts: a typed part's counts (gnn_dist.plan.typed.typed_shape), where the caller has them.
     Returns this rank's predicted peaks: (host bytes, device bytes or None)."""
     plan_config = plan_config_of(config)
     plan_config = dataclasses.replace(plan_config, device=device.type,
                                       shared_halo=plan_config.shared_halo and shared_halo)
     width = task.output_width()
+    if part.meta.hetero is not None and typed_counts is None:
+        typed_counts = typed_shape(part.arrays, part.meta)
     if part.meta.hetero is not None and config.mode == "sampled":  # set-up's share of gnn_dist.plan.typed_sampled
-        shape, host = None, plan_typed_sampled_setup(typed_shape(part.arrays, part.meta), plan_config, width)
+        shape, host = None, plan_typed_sampled_setup(typed_counts, plan_config, width)
     elif part.meta.hetero is not None:  # a typed graph's plan (gnn_dist.plan.typed): the host's, no device plan
-        shape, host = None, plan_typed(typed_shape(part.arrays, part.meta), plan_config, width)
+        shape, host = None, plan_typed(typed_counts, plan_config, width)
     else:
         shape = part_shape(part)
         host = plan_host(shape, plan_config, part.meta.num_features, width)
@@ -245,7 +251,8 @@ def host_refusal(ctx: RankContext, config: TrainConfig, host: MemoryPlan) -> str
     return memory_refusal(ctx.comm.allgather_object(mine), config.memory_limit)
 
 
-def refuse_if_sampled_memory_short(ctx: RankContext, config: TrainConfig, part, mode, task) -> int | None:
+def refuse_if_sampled_memory_short(ctx: RankContext, config: TrainConfig, part, mode, task,
+                                   typed_counts: TypedShape | None) -> int | None:
     """A typed graph's sampled mode plans its peak from a real batch (gnn_dist.plan.typed_sampled: epoch 0's
     first), so only once its sampler is built, before the first epoch: refuse on every rank if any host's ranks
     would not fit. Returns this rank's predicted peak (None without a plan: homogeneous sampled training)."""
@@ -254,7 +261,7 @@ def refuse_if_sampled_memory_short(ctx: RankContext, config: TrainConfig, part, 
     names, blocks = mode.first_batch()
     batch = SampledBatchShape.of(names, blocks, mode.sampler.num_types)
     chunks = EvaluationChunks.of(part.arrays, part.meta, config.eval_chunk_nodes)
-    host = plan_typed_sampled(typed_shape(part.arrays, part.meta), batch, chunks, plan_config_of(config),
+    host = plan_typed_sampled(typed_counts, batch, chunks, plan_config_of(config),
                               task.output_width(),
                               cache_bytes=int(config.sampled.feature_cache_mb * 2**20) if mode.caching else 0)
     reason = host_refusal(ctx, config, host)
