@@ -189,10 +189,11 @@ def gather_params_and_grads(results, arrays):
 
 
 def one_typed_step(directory: Path, num_parts: int, hidden: int, num_layers: int, num_bases: int = 0,
-                   seed: int = 5, **model):
-    """One step at P ranks without dropout (R-GCN, or the model `model` names): every rank's logits, loss,
-    parameters and gradients, and its embedding rows' ids."""
-    config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=seed,
+                   seed: int = 5, training: dict | None = None, inspect=None, **model):
+    """One step at P ranks without dropout (R-GCN, or the model `model` names; `training`: more TrainConfig
+    fields): every rank's logits, loss, parameters and gradients, its embedding rows' ids and what
+    inspect(state) returns after the step."""
+    config = TrainConfig(parts=str(directory), epochs=0, progress=False, seed=seed, **(training or {}),
                          model=ModelConfig(**{"model": "rgcn", "hidden": hidden, "num_layers": num_layers,
                                               "dropout": 0.0, "num_bases": num_bases, **model}))
 
@@ -206,7 +207,8 @@ def one_typed_step(directory: Path, num_parts: int, hidden: int, num_layers: int
         return {"ids": state.graph.node_ids[state.model.output_rows], "logits": logits, "loss": loss,
                 "params": {n: p.detach().clone() for n, p in state.model.named_parameters()},
                 "grads": {n: p.grad.clone() for n, p in state.model.named_parameters()},
-                "shard_ids": {t: state.graph.node_ids[inputs.owned_rows[t]].numpy() for t in inputs.shards}}
+                "shard_ids": {t: state.graph.node_ids[inputs.owned_rows[t]].numpy() for t in inputs.shards},
+                "owned_ids": state.graph.node_ids, "inspected": inspect(state) if inspect else None}
 
     return run_fake_ranks(num_parts, rank_fn)
 
@@ -235,8 +237,36 @@ def force_order(monkeypatch, order: str) -> None:
 def test_rgcn_logits_loss_and_gradients_equal_pyg_at_any_p(typed_parts, num_parts, hidden, num_layers, num_bases,
                                                            order, monkeypatch):
     force_order(monkeypatch, order)
-    arrays = typed_arrays()
     results = one_typed_step(typed_parts[num_parts], num_parts, hidden, num_layers, num_bases)
+    assert_step_is_pyg_s(results, num_parts, hidden, num_layers, num_bases)
+
+
+@pytest.mark.parametrize("block_rows", [0, 3])
+@pytest.mark.parametrize("num_parts", [1, 2, 4])
+@pytest.mark.parametrize("hidden, num_layers, num_bases", [(16, 2, 0), (8, 3, 2)])
+def test_rgcn_with_sequential_halos_equals_pyg_at_any_p(typed_parts, num_parts, hidden, num_layers, num_bases,
+                                                        block_rows):
+    """--halo-memory sequential: every layer's halo, the first's included (its owners' Linear outputs and
+    embedding rows), arrives in blocks of at most block_rows rows (0: a peer's whole block), and no layer
+    holds an [owned | halo] tensor; the step is PyG's all the same."""
+    results = one_typed_step(typed_parts[num_parts], num_parts, hidden, num_layers, num_bases,
+                             training={"halo_memory": "sequential", "halo_block_rows": block_rows},
+                             inspect=lambda state: {
+                                 "halo_inputs": len(state.model.inputs()),
+                                 "blocks": [len(conv.blocked.exchanges) for conv in state.model.convs],
+                                 "featured_halo": len(state.model.inputs.halo_x)})
+    assert_step_is_pyg_s(results, num_parts, hidden, num_layers, num_bases)
+    for result in results:
+        seen = result["inspected"]
+        # the typed inputs are the owned rows alone, no halo features were fetched, and with more than one
+        # rank every layer moves its halo in blocks
+        assert seen["halo_inputs"] == len(result["owned_ids"]) and seen["featured_halo"] == 0
+        assert all(blocks > 0 for blocks in seen["blocks"]) == (num_parts > 1)
+
+
+def assert_step_is_pyg_s(results, num_parts: int, hidden: int, num_layers: int, num_bases: int) -> None:
+    """One typed step's logits, loss and gradients at P ranks (one_typed_step's) are the independent PyG model's."""
+    arrays = typed_arrays()
     params, grads = gather_params_and_grads(results, arrays)
     forward, theirs, offset = reference_rgcn(arrays, {n: v.double() for n, v in params.items()}, hidden, num_layers,
                                              4, num_bases)

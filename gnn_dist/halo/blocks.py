@@ -35,7 +35,8 @@ block range of one halo-sized buffer at most, never an [owned | halo] tensor.
 exact schedule builds a BlockPass, so naming its class here would make the two modules import each other).
 
 Shapes:
-    BlockedOperator.owned: [n_owned, n_owned]; block.operator: [rows_b, cols_b] over its nonempty rows
+    BlockedOperator.owned: [n_owned, n_owned] (a typed layer's: [its relation rows, n_owned]);
+    block.operator: [rows_b, cols_b] over its nonempty rows
 """
 from __future__ import annotations
 
@@ -102,15 +103,17 @@ def exchange_rounds(send_counts: np.ndarray, block_rows: int) -> list[tuple[int,
 
 def build_blocked_operator(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n_owned: int,
                            rank: int, send_counts_matrix: np.ndarray, recv_counts: np.ndarray,
-                           block_rows: int) -> BlockedOperator:
+                           block_rows: int, n_rows: int | None = None) -> BlockedOperator:
     """Split the COO entries of a part's normalised operator (columns over [owned | halo]) into blocks.
 
     recv_counts[q]: halo rows owned by q (the halo is grouped by owner, so q's
-    rows are one contiguous column range).
+    rows are one contiguous column range). n_rows: the operator's rows, n_owned by default (a typed layer's
+    stacked relation blocks have a row per (relation, node reached): gnn_dist.hetero.typed_part).
     """
     num_parts = send_counts_matrix.shape[0]
     owned_mask = cols < n_owned
-    owned = SparseOperator.from_coo(rows[owned_mask], cols[owned_mask], values[owned_mask], (n_owned, n_owned))
+    owned = SparseOperator.from_coo(rows[owned_mask], cols[owned_mask], values[owned_mask],
+                                    (n_owned if n_rows is None else n_rows, n_owned))
     halo_rows, halo_cols, halo_values = rows[~owned_mask], cols[~owned_mask] - n_owned, values[~owned_mask]
     del owned_mask
     order = torch.argsort(halo_cols, stable=True)

@@ -12,7 +12,11 @@ over the featureless types' rows), and their gradients travel back to the owners
 ever holds a whole table. Each row starts as N(0, 1) values keyed by (seed, the node's id), so the table is
 the same at every P (gnn_dist.kernels.keyed_random.keyed_normal).
 
-Shapes: forward() -> [n_owned + n_halo, hidden], owned rows first (the part's order), then the halo's.
+Under --halo-memory sequential the inputs are the owned rows alone (with_halo=False): the first layer exchanges them
+block by block, Linear outputs and embedding rows alike, as every later layer exchanges its input.
+
+Shapes: forward() -> [n_owned + n_halo, hidden], owned rows first (the part's order), then the halo's
+(with_halo=False: [n_owned, hidden]).
 """
 from __future__ import annotations
 
@@ -30,8 +34,13 @@ EMBEDDINGS_SLOT = "embeddings"  # the exchange slot of the featureless types' ro
 
 
 class TypedInputs(nn.Module):
-    def __init__(self, part: PartData, typed: TypedPart, hidden: int, exchanger: HaloExchanger, seed: int):
+    def __init__(self, part: PartData, typed: TypedPart, hidden: int, exchanger: HaloExchanger, seed: int,
+                 with_halo: bool = True):
+        """with_halo=False (--halo-memory sequential): the inputs are the owned rows alone, which the first layer
+        exchanges block by block as every later layer does; no halo features are fetched and no embedding
+        rows travel here."""
         super().__init__()
+        self.with_halo = with_halo
         self.typed = typed
         self.hidden = hidden
         self.n_owned, self.n_halo = part.n_owned, part.n_halo
@@ -51,6 +60,8 @@ class TypedInputs(nn.Module):
                 self.linears[name] = nn.Linear(typed.feature_widths[name], hidden)
                 x = torch.from_numpy(part.arrays[f"x__{name}"]).to(device)
                 self.owned_x[name] = x
+                if not with_halo:
+                    continue
                 # the halo's raw features of this type, once: send rows are read from x__name's own rows
                 position = np.full(part.n_owned, -1, dtype=np.int64)
                 position[owned] = np.arange(len(owned))
@@ -74,7 +85,7 @@ class TypedInputs(nn.Module):
                                                   + [self.halo_featureless.cpu().numpy()]), device)
         # the embedding rows' exchange: the featureless types' halo rows and send rows only
         self.embeddings = None
-        if featureless.any():
+        if featureless.any() and with_halo:
             plan = exchanger.plan.restricted(featureless[typed.halo_type], featureless[send_type])
             self.embeddings = HaloExchanger(exchanger.comm, plan, counters=exchanger.counters, beat=exchanger.beat)
 
@@ -100,6 +111,8 @@ class TypedInputs(nn.Module):
         [rows, hidden] once per type, forward and backward."""
         owned = self._in_order([self.linears[name](self.owned_x[name]) if name in self.linears else self.shards[name]
                                 for name in self.typed.node_types], self.owned_order)
+        if not self.with_halo:
+            return owned
         halo_pieces = [self.linears[name](self.halo_x[name]) for name in self.linears]
         if self.embeddings is not None:
             # every rank takes part, even one without featureless rows to send or receive: it is a collective

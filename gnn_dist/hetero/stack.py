@@ -10,6 +10,11 @@ the same masks. Layer 0 aggregates the typed inputs' [owned | halo] rows (the ha
 this step); every later layer exchanges its input rows like any layer: schedules (stale, pipeline, bns,
 adaptive) and halo dtypes apply there, while the embedding rows always travel exactly, in fp32.
 
+With --halo-memory sequential (R-GCN, exact schedule) the typed inputs are the owned rows alone: their owners
+drop them out (the same keyed masks) and layer 0 receives its halo rows block by block like every later layer
+(gnn_dist.halo.blocks), so the featured halo's raw features are never fetched and no rank holds an
+[owned | halo] tensor; the halo's Linear outputs travel every step instead, at --hidden columns.
+
 Two kinds of parameters: replicated ones (the Linears and every layer's weights), broadcast at set-up and whose
 gradients are summed over ranks every step, and the embedding shards, which are this rank's alone (their
 gradients already hold what the halo ranks sent back) and never enter the allreduce.
@@ -35,9 +40,12 @@ from gnn_dist.partition.graph import entries_of_rows
 
 class TypedStack(nn.Module):
     def __init__(self, config, out_dim: int, part: PartData, exchanger: HaloExchanger, seed: int,
-                 layerwise: bool = False):
+                 layerwise: bool = False, halo_blocking: tuple[np.ndarray, int] | None = None):
         """layerwise: the stack never runs a whole forward (sampled training, embed): it keeps the part's typed
-        CSR for forward_layerwise's chunks and builds none of the whole-part relation forms."""
+        CSR for forward_layerwise's chunks and builds none of the whole-part relation forms. halo_blocking:
+        (the P x P send-count matrix, --halo-block-rows) under --halo-memory sequential: every layer, the first
+        included, receives its halo rows block by block (gnn_dist.halo.blocks), so no rank holds an
+        [owned | halo] tensor."""
         super().__init__()
         config.validate()
         self.config = config
@@ -47,7 +55,8 @@ class TypedStack(nn.Module):
         device = exchanger.plan.device
         typed = TypedPart.of(part)
         self.hetero = part.meta.hetero  # the graph's types and relations: checkpoints record them for export
-        self.inputs = TypedInputs(part, typed, config.hidden, exchanger, seed)
+        self.sequential = halo_blocking is not None and not layerwise
+        self.inputs = TypedInputs(part, typed, config.hidden, exchanger, seed, with_halo=not self.sequential)
         # a whole forward's relation operator; a layerwise stack makes each block's own instead (its entries would
         # take 28 bytes each, and sorting them more, at set-up)
         operator = None if layerwise else relation_operator(part, typed.num_relations, device)
@@ -74,8 +83,12 @@ class TypedStack(nn.Module):
                               typed.num_relations)
         else:
             self.convs[-1].restrict_output(self.output_rows)
+            blocking = None
+            if self.sequential:
+                send_counts_matrix, block_rows = halo_blocking
+                blocking = (part.part_id, send_counts_matrix, exchanger.plan.recv_counts, block_rows)
             for k, conv in enumerate(self.convs):
-                conv.build_forms(exchanges=k > 0)
+                conv.build_forms(exchanges=k > 0, halo_blocking=blocking)
             operator.release_entries()  # every layer's forms are built: the entries they came from go
         generator = torch.Generator().manual_seed(seed)
         self.inputs.reset_parameters(generator)
@@ -105,7 +118,9 @@ class TypedStack(nn.Module):
         for k, conv in enumerate(self.convs):
             key = stream_key(self.seed, self.epoch, k)
             conv.pass_key = key
-            if k == 0:
+            if k == 0 and self.sequential:  # the owned rows, dropped by their owner, travel as any layer's
+                h = conv([keyed_dropout(h, self.node_ids, key, p, self.training)])
+            elif k == 0:
                 h = conv(x_full=keyed_dropout(h, self.column_ids, key, p, self.training))
             else:
                 if self.training and p > 0 and self.exchanger.active_schedule(conv.slot).measures_parameter_drift:
@@ -134,7 +149,7 @@ class TypedStack(nn.Module):
         self.exchanger.begin_pass(self.epoch, False)
         h = self.inputs()
         for k, conv in enumerate(self.convs[:upto + 1]):
-            h = conv(x_full=h) if k == 0 else conv([h])
+            h = conv(x_full=h) if k == 0 and not self.sequential else conv([h])
             if k < len(self.convs) - 1:
                 h = torch.relu(h)
         return h

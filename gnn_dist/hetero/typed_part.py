@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gnn_dist.halo.blocks import BlockedOperator, build_blocked_operator
 from gnn_dist.kernels.spmm import SparseOperator
 from gnn_dist.partition.format import PartData, type_offsets
 
@@ -78,6 +79,7 @@ class RelationOperator:
         self.nodes = torch.from_numpy(nodes).to(device)
         self.n_owned, self.n_columns, self.device = n_owned, n_columns, device
         self._stacked: dict = {}
+        self._blocked: dict = {}
         self._gathered: dict = {}
         self._distinct: dict = {}
         self._counts: dict = {}
@@ -126,16 +128,35 @@ class RelationOperator:
         """The blocks of `relations`, in that order, as the rows of one operator over [owned | halo]."""
         if relations not in self._stacked:
             self._check_entries(f"stacked {relations}")
-            rows, cols, values, first = [], [], [], 0
-            for r in relations:
-                entries = self._entries(r)
-                rows.append(self._rows[entries] - self.offsets[r] + first)
-                cols.append(self._cols[entries])
-                values.append(self._values[entries])
-                first += self.offsets[r + 1] - self.offsets[r]
-            self._stacked[relations] = _operator(np.concatenate(rows), np.concatenate(cols), np.concatenate(values),
-                                                 (first, self.n_columns), self.device)
+            rows, cols, values, n_rows = self._stacked_entries(relations)
+            self._stacked[relations] = _operator(rows, cols, values, (n_rows, self.n_columns), self.device)
         return self._stacked[relations]
+
+    def blocked(self, relations: tuple[int, ...], rank: int, send_counts_matrix: np.ndarray,
+                recv_counts: np.ndarray, block_rows: int) -> BlockedOperator:
+        """The stacked form of `relations` split by columns into its owned columns and its halo blocks
+        (--halo-memory sequential: gnn_dist.halo.blocks), one block of halo rows alive at a time."""
+        if relations not in self._blocked:
+            self._check_entries(f"blocked {relations}")
+            rows, cols, values, n_rows = self._stacked_entries(relations)
+            placed = [torch.from_numpy(a).to(self.device) for a in (rows, cols.astype(np.int64),
+                                                                   values.astype(np.float32))]
+            del rows, cols, values
+            self._blocked[relations] = build_blocked_operator(*placed, self.n_owned, rank, send_counts_matrix,
+                                                              recv_counts, block_rows, n_rows=n_rows)
+        return self._blocked[relations]
+
+    def _stacked_entries(self, relations: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(rows, columns, values, row count) of the stacked form: relation r's rows renumbered after the
+        relations before it in `relations`, its entries grouped by row."""
+        rows, cols, values, first = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float32)], 0
+        for r in relations:
+            entries = self._entries(r)
+            rows.append(self._rows[entries] - self.offsets[r] + first)
+            cols.append(self._cols[entries])
+            values.append(self._values[entries])
+            first += self.offsets[r + 1] - self.offsets[r]
+        return np.concatenate(rows), np.concatenate(cols), np.concatenate(values), first
 
     def gathered(self, r: int) -> tuple[SparseOperator, torch.Tensor]:
         """Relation r from its sources alone: (operator [its nodes, its sources], the sources' column ids)."""

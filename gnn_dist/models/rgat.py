@@ -176,7 +176,10 @@ class DistRGATConv(RelationConv):
         return EdgeDropout.keyed(ids.index_select(0, reached), ids.index_select(0, sources), self.heads, key,
                                  self.attn_dropout)
 
-    def build_forms(self, exchanges: bool = True) -> None:
-        """Build every relation's gathered form at set-up, before the entries are released."""
+    def build_forms(self, exchanges: bool = True, halo_blocking: tuple | None = None) -> None:
+        """Build every relation's gathered form at set-up, before the entries are released. R-GAT keeps its
+        halo resident (halo_blocking must be None: gnn_dist.tasks.base.check_typed refuses sequential halos)."""
+        if halo_blocking is not None:
+            raise ValueError("R-GAT runs with --halo-memory resident only so far")
         self._gathers = None  # the output rows may have changed (restrict_output)
         self._gather_plan()

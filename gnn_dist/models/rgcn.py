@@ -26,6 +26,7 @@ import math
 import torch
 from torch import nn
 
+from gnn_dist.halo.blocks import aggregate_exchanged
 from gnn_dist.kernels.spmm import spmm
 from gnn_dist.models.registry import register_model
 from gnn_dist.models.relational import RelationConv, add_rows_
@@ -56,6 +57,7 @@ class DistRGCNConv(RelationConv):
             self.weight = nn.Parameter(torch.empty(num_relations, in_dim, out_dim))  # host: moved with its module
         self.root = nn.Parameter(torch.empty(in_dim, out_dim))  # host: moved with its module
         self.bias = nn.Parameter(torch.zeros(out_dim))  # host: moved with its module
+        self.sequential_halos = False  # build_forms(halo_blocking=...): every relation aggregated first
         self.reset_parameters()
 
     @classmethod
@@ -90,6 +92,8 @@ class DistRGCNConv(RelationConv):
         (the first layer: the typed inputs, halo rows included). Returns [n_owned, out]."""
         if isinstance(x, list):
             x = x.pop()
+        if self.blocked is not None:
+            return self._forward_sequential(x)
         full = x_full if x_full is not None else self.exchanger.gather(x, self.slot)
         relations = self.operator
         weights = self.relation_weights()
@@ -116,6 +120,26 @@ class DistRGCNConv(RelationConv):
             for r, (operator, _), rows in zip(first["transform"], gathered,
                                               torch.split(sources, [len(s) for _, s in gathered])):
                 add_rows_(out, self._nodes(r), _scaled(spmm(operator, rows @ weights[r]), scale, relations, r))
+        return out
+
+    def _forward_sequential(self, x: torch.Tensor) -> torch.Tensor:
+        """--halo-memory sequential: x is the owned rows [n_owned, in] (every layer's, the first included: its
+        owners made and dropped them); the halo's rows arrive block by block into one product that aggregates
+        every relation the layer computes (gnn_dist.halo.blocks over the stacked form), so no [owned | halo]
+        tensor is made, forward or backward. Every relation is aggregated first here: transforming a
+        relation's sources first would need its halo sources' rows at once."""
+        relations = self.operator
+        weights = self.relation_weights()
+        own = x if self.output_rows is None else x.index_select(0, self.output_rows)
+        out = torch.addmm(self.bias, own, self.root)
+        del own
+        computed = self._plan()["aggregate"]
+        aggregated = aggregate_exchanged(self.blocked, self.exchanger, x, None, self.slot)
+        del x
+        if computed:  # a rank whose part this layer reaches nowhere still moved its blocks above
+            sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in computed]
+            for r, block in zip(computed, torch.split(aggregated, sizes)):
+                add_rows_(out, self._nodes(r), block @ weights[r])
         return out
 
     def forward_block(self, x_src: torch.Tensor, relations, dst_type: torch.Tensor,
@@ -145,12 +169,19 @@ class DistRGCNConv(RelationConv):
         relations = self.operator
         return self.exchanger.aggregation_scale(self.slot, relations.stacked(tuple(range(relations.num_relations))))
 
-    def build_forms(self, exchanges: bool = True) -> None:
+    def build_forms(self, exchanges: bool = True, halo_blocking: tuple | None = None) -> None:
         """Build every relation form this layer will use (set-up), so the entries can be released after: the
         stacked blocks it aggregates first, the gathered form of each relation it transforms first, and, where
         the layer's schedule may leave halo rows out (bns, adaptive), every relation's blocks for the
         renormalising factors. exchanges: whether the layer's halo rows come through its schedule (not the first
-        layer's: the typed inputs bring them)."""
+        layer's: the typed inputs bring them). halo_blocking: (rank, the P x P send-count matrix, this rank's
+        halo rows per owner, --halo-block-rows) under --halo-memory sequential: the layer aggregates every
+        relation first, over the stacked form split into halo blocks (RelationOperator.blocked)."""
+        if halo_blocking is not None:
+            self.sequential_halos = True
+            self._order = None
+            self.blocked = self.operator.blocked(self._plan()["aggregate"], *halo_blocking)
+            return
         relations, first = self.operator, self._plan()
         if first["aggregate"]:
             relations.stacked(first["aggregate"])
@@ -168,6 +199,9 @@ class DistRGCNConv(RelationConv):
             order = {"aggregate": [], "transform": []}
             for r in range(self.operator.num_relations):
                 if not self.computes(r):
+                    continue
+                if self.sequential_halos:
+                    order["aggregate"].append(r)
                     continue
                 reached, sources, entries = self.operator.counts(r)
                 order[relation_order(reached, sources, entries, self.in_dim, self.out_dim)].append(r)

@@ -61,15 +61,17 @@ class Task:
     def output_width(self) -> int:
         raise NotImplementedError
 
-    def build_model(self, graph, exchanger, part=None):
+    def build_model(self, graph, exchanger, part=None, halo_blocking=None):
         """The rank's model: the layer stack over its graph, or on a typed partition the typed stack (its inputs
-        per node type, then R-GCN layers: gnn_dist.hetero), which reads the part's typed arrays."""
+        per node type, then R-GCN layers: gnn_dist.hetero), which reads the part's typed arrays. halo_blocking:
+        (the P x P send-count matrix, --halo-block-rows) under --halo-memory sequential, for the typed stack
+        (a homogeneous graph's blocked operator is the graph's own)."""
         if self.meta.hetero is not None:
             from gnn_dist.hetero.stack import TypedStack
 
             # sampled training evaluates layer by layer from the part's CSR: no whole-part forms are built
             return TypedStack(self.config.model, self.output_width(), part, exchanger, self.config.seed,
-                              layerwise=self.config.mode == "sampled")
+                              layerwise=self.config.mode == "sampled", halo_blocking=halo_blocking)
         from gnn_dist.steps.layer_stack import LayerStack
 
         return LayerStack(self.config.model, self.meta.num_features, self.output_width(), graph, exchanger,
@@ -104,8 +106,7 @@ def best_record(records: list[dict], key: str) -> dict | None:
 
 
 # What training on a typed graph supports so far, each refusal naming the fix (docs/hetero.md)
-_TYPED_ONLY = {"halo_memory": ("resident", "--halo-memory resident"),
-               "feature_dtype": ("fp32", "--feature-dtype fp32"), "predictions_out": (None, "no --predictions-out")}
+_TYPED_ONLY = {"feature_dtype": ("fp32", "--feature-dtype fp32"), "predictions_out": (None, "no --predictions-out")}
 
 
 def check_typed(config, meta) -> None:
@@ -134,6 +135,13 @@ def check_typed(config, meta) -> None:
                          f"use --device cpu, or --mode full")
     if config.model.batch_norm:
         raise ValueError("a typed graph trains without --batch-norm so far: drop it")
+    if config.halo_memory == "sequential":
+        if model_class(config.model.model).attention:
+            raise ValueError(f"--halo-memory sequential trains --model rgcn on a typed graph so far (got --model "
+                             f"{config.model.model}): use --halo-memory resident with it")
+        if config.schedule != "exact":
+            raise ValueError(f"--halo-memory sequential trains a typed graph with --schedule exact so far (got "
+                             f"{config.schedule}): use --schedule exact, or --halo-memory resident with it")
     if model_class(config.model.model).attention:
         check_typed_attention(config, meta)
 

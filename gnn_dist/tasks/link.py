@@ -44,10 +44,10 @@ class LinkTask(Task):
     def output_width(self) -> int:
         return self.config.link.embedding_dim or self.config.model.hidden
 
-    def build_model(self, graph, exchanger, part=None):
+    def build_model(self, graph, exchanger, part=None, halo_blocking=None):
         from gnn_dist.link.decoders import make_decoder
 
-        model = super().build_model(graph, exchanger, part)
+        model = super().build_model(graph, exchanger, part, halo_blocking)
         model.decoder = make_decoder(self.config.link.decoder, self.output_width(), self.config.seed)
         return model
 

@@ -135,7 +135,8 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     # a typed graph's operator is per relation, the typed stack's own (gnn_dist.hetero.typed_part)
     typed = meta.hetero is not None
     graph = LocalGraph.from_part(part, None if typed else model_class(config.model.model).normalise,
-                                 whole_operator=config.mode == "full" and not typed, blocked_by=blocked_by,
+                                 whole_operator=config.mode == "full" and not typed,
+                                 blocked_by=None if typed else blocked_by,
                                  device=device, row_access=not typed)
     # a typed graph's inputs are per type, the model's own (gnn_dist.hetero.inputs): nothing to cache here
     x_full = torch.cat([graph.x, exchanger.fetch_once(graph.x)]) if meta.hetero is None \
@@ -154,7 +155,7 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     setup_halo_bytes = sum_over_ranks(ctx, [exchanger.counters.halo_bytes])[0]
     exchanger.counters.reset()
 
-    model = task.build_model(graph, exchanger, part).to(device)
+    model = task.build_model(graph, exchanger, part, halo_blocking=blocked_by if typed else None).to(device)
     output_rows = getattr(model, "output_rows", None)
     if output_rows is not None:
         # a typed graph's model outputs its target type's owned rows only: the labels and masks follow them
