@@ -10,7 +10,7 @@ import dataclasses
 import os
 
 from gnn_dist.config import LinkConfig, ModelConfig
-from gnn_dist.hetero.report import format_typed_report, typed_report
+from gnn_dist.hetero.report import FP32_BYTES, format_typed_report, typed_report
 from gnn_dist.memory.host import readable_bytes
 from gnn_dist.partition.format import load_meta, part_shapes, verify_part_file
 from gnn_dist.plan.host import plan_host
@@ -164,6 +164,11 @@ def _typed(directory, meta, model, schedule: str, halo_dtype: str, memory: PlanC
     plans = typed.pop("each_part")
     hidden_layers = predicted_halo_bytes_per_epoch(total_halo, model, model.hidden, meta.num_classes, halo_dtype,
                                                    schedule, meta.num_parts)
+    sequential = plan_config.halo_memory == "sequential"
+    # layer 0's halo: the featureless types' embedding rows (resident: the featured rows' raw features came once,
+    # at set-up), or with sequential halos every halo row at --hidden columns, forward and back (exact, fp32)
+    typed["layer0_halo_rows"] = total_halo if sequential else typed["embedding_halo_rows"]
+    layer0 = 2 * FP32_BYTES * model.hidden * total_halo if sequential else typed["embedding_halo_bytes_per_epoch"]
     return {
         "directory": str(directory), "dataset": meta.dataset, "method": meta.method, "seed": meta.seed,
         "num_nodes": meta.num_nodes, "num_edges": meta.num_edges, "num_parts": meta.num_parts,
@@ -172,9 +177,9 @@ def _typed(directory, meta, model, schedule: str, halo_dtype: str, memory: PlanC
         "balance": max(owned) / (sum(owned) / len(owned)), "total_halo_rows": total_halo,
         "model": {"model": model.model, "hidden": model.hidden, "num_layers": model.num_layers},
         "schedule": schedule, "halo_dtype": halo_dtype,
-        "predicted_halo_bytes_per_epoch": typed["embedding_halo_bytes_per_epoch"] + hidden_layers,
+        "predicted_halo_bytes_per_epoch": layer0 + hidden_layers,
         "memory_plan": {
-            "device": "cpu", "halo_memory": "resident", "dropout": model.dropout,
+            "device": "cpu", "halo_memory": plan_config.halo_memory, "dropout": model.dropout,
             "predicted_peak_rss_bytes": max(plan.peak for plan in plans),
             "predicted_peak_rss_bytes_per_rank": [plan.peak for plan in plans],
             "peak_phase_per_rank": [plan.phase for plan in plans],

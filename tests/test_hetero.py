@@ -321,14 +321,29 @@ def test_rgcn_loss_curve_is_the_same_at_every_rank_count_and_follows_pyg(typed_p
     """Adam for 12 epochs with weight decay, dropout on: P = 1, 2, 4 under mpiexec draw the same masks and give one
     curve; with dropout off the curve is PyG's under torch.optim.Adam."""
     curves = curves_at_every_p(typed_parts, tmp_path, ["--model", "rgcn", "--hidden", "16"], 12, 5, ("--dropout",))
-    # PyG with the initial parameters of the run (P=1's set-up, which every P shares)
+    assert_pyg_adam_curve(typed_parts, curves[1, "0"])
+
+
+@pytest.mark.mpi
+def test_rgcn_with_sequential_halos_trains_one_curve_at_every_p_as_pyg(typed_parts, tmp_path):
+    """--halo-memory sequential under mpiexec, blocks of at most 5 rows: P = 1, 2, 4 give one curve with dropout
+    on (the owners drop the first layer's rows out with the same keyed masks), PyG's under Adam with it off, and
+    the halo bytes inspect predicts for sequential halos (the first layer's whole halo every step)."""
+    flags = ["--model", "rgcn", "--hidden", "16", "--halo-memory", "sequential", "--halo-block-rows", "5"]
+    curves = curves_at_every_p(typed_parts, tmp_path, flags, 8, 5, ("--dropout",))
+    assert_pyg_adam_curve(typed_parts, curves[1, "0"])
+
+
+def assert_pyg_adam_curve(typed_parts, curve: list[float]) -> None:
+    """`curve` (R-GCN hidden 16, 2 layers, no dropout, Adam lr 0.01 and weight decay 5e-4) is PyG's from the
+    run's initial parameters (P=1's set-up, which every P shares)."""
     results = one_typed_step(typed_parts[1], 1, 16, 2)
     params, _ = gather_params_and_grads(results, typed_arrays())
     arrays = typed_arrays()
     forward, theirs, offset = reference_rgcn(arrays, {n: v.double() for n, v in params.items()}, 16, 2, 4, 0)
     optimizer = torch.optim.Adam(theirs.values(), lr=0.01, weight_decay=5e-4)
     papers, mask = int(arrays["num_nodes__paper"]), torch.from_numpy(arrays["train_mask"])
-    for epoch, ours in enumerate(curves[1, "0"]):
+    for epoch, ours in enumerate(curve):
         optimizer.zero_grad()
         loss = F.cross_entropy(forward()[offset:offset + papers][mask], torch.from_numpy(arrays["y"])[mask])
         loss.backward()
@@ -489,33 +504,45 @@ def _storage_bytes(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().nbytes()
 
 
-@pytest.mark.parametrize("num_parts", [1, 4])
-def test_the_typed_plan_counts_the_forms_and_shards_the_layers_build(typed_parts, num_parts):
+@pytest.mark.parametrize("num_parts, halo_memory", [(1, "resident"), (4, "resident"), (4, "sequential")])
+def test_the_typed_plan_counts_the_forms_and_shards_the_layers_build(typed_parts, num_parts, halo_memory):
     """The plan's relation forms and embedding shards against what set-up built (each CSR tensor's storage, each
     shard's rows), and its layer orders against the layers' own choices; each form counted once, whichever
-    layers share it."""
+    layers share it. Sequential halos' blocked forms are bounded from above (a block's rows are at most its
+    entries), and no halo feature is held."""
     from gnn_dist.plan.options import PlanConfig
     from gnn_dist.plan.typed import _orders, plan_typed_phases, typed_shape
 
     model = ModelConfig(model="rgcn", hidden=8, num_layers=3, dropout=0.5)
-    config = TrainConfig(parts=str(typed_parts[num_parts]), epochs=0, progress=False, model=model)
+    config = TrainConfig(parts=str(typed_parts[num_parts]), epochs=0, progress=False, model=model,
+                         halo_memory=halo_memory, halo_block_rows=4)
+    plan_config = PlanConfig(model=model, halo_memory=halo_memory, halo_block_rows=4)
 
     def rank_fn(comm):
         state = setup(RankContext(comm), config)
         operator = state.model.convs[0].operator
         forms = [f for f in operator._stacked.values()] + [f for f, _ in operator._gathered.values()]
+        forms += [f for blocked in operator._blocked.values()
+                  for f in [blocked.owned] + [block.operator for block in blocked.blocks]]
         built = sum(_storage_bytes(f.matrix) + _storage_bytes(f.transpose) for f in forms)
         built += sum(_storage_bytes(sources) for _, sources in operator._gathered.values())
+        built += sum(_storage_bytes(block.rows) for blocked in operator._blocked.values() for block in blocked.blocks)
         built += _storage_bytes(operator.nodes)
+        inputs = state.model.inputs
+        features = sum(_storage_bytes(x) for x in list(inputs.owned_x.values()) + list(inputs.halo_x.values()))
         shard_rows = sum(p.shape[0] for p in state.model.sharded_parameters())
         orders = [{r: how for how, rs in conv._plan().items() for r in rs} for conv in state.model.convs]
         part = load_part(typed_parts[num_parts], comm.rank)
-        return built, shard_rows, orders, typed_shape(part.arrays, part.meta), part.meta.num_classes
+        return built, features, shard_rows, orders, typed_shape(part.arrays, part.meta), part.meta.num_classes
 
-    for built, shard_rows, orders, shape, num_classes in run_fake_ranks(num_parts, rank_fn):
-        plan = plan_typed_phases(shape, PlanConfig(model=model), num_classes)["train"]
-        assert plan.parts["relation forms"] == built
-        assert _orders(shape, PlanConfig(model=model), num_classes) == orders
+    for built, features, shard_rows, orders, shape, num_classes in run_fake_ranks(num_parts, rank_fn):
+        plan = plan_typed_phases(shape, plan_config, num_classes)["train"]
+        if halo_memory == "resident":
+            assert plan.parts["relation forms"] == built
+        else:  # the bound: every halo entry's row, where a block's rows are fewer (they share rows)
+            assert built <= plan.parts["relation forms"] <= built + 12 * sum(shape.halo_entries)
+        assert plan.parts["typed input features"] == features
+        assert _orders(shape, plan_config, num_classes) == orders
         relations = len(shape.relations)  # writes, cites (made symmetric in place), has, rev_writes, rev_has
         assert relations == 5
         # the Linears of paper (8 features) and author (5); per layer R relation weights, the root and the bias
@@ -562,7 +589,8 @@ def test_train_refuses_a_typed_job_over_its_memory_limit_and_records_the_plan(ty
 
 @pytest.mark.parametrize("flags, message", [
     (["--model", "gcn"], "train it with --model rgat or rgcn"),
-    (["--model", "rgcn", "--halo-memory", "sequential"], "--halo-memory resident"),
+    (["--model", "rgat", "--halo-memory", "sequential"], "--halo-memory resident"),
+    (["--model", "rgcn", "--halo-memory", "sequential", "--schedule", "stale:2"], "--schedule exact"),
     (["--model", "rgcn", "--predictions-out", "preds.npz"], "no --predictions-out"),
     (["--model", "rgcn", "--task", "link"], "--task link"),
 ])

@@ -5,7 +5,8 @@ An epoch's bytes (forward rows and backward gradients, summed over ranks): the f
 featureless types (embedding rows, exact and fp32 every step whatever the schedule) at --hidden columns, here;
 and every later layer's whole halo at its input width (--hidden), as the schedule and the halo dtype send it,
 which inspect adds (gnn_dist.plan.traffic, as for a homogeneous graph). The featured types' raw features
-travel once, at set-up.
+travel once, at set-up. With --halo-memory sequential the first layer's whole halo travels every step instead
+(its owners' input rows, at --hidden columns), and no raw features travel.
 """
 from __future__ import annotations
 
@@ -73,9 +74,11 @@ def format_typed_report(report: dict) -> list[str]:
     for relation, edges, cut in zip(typed["relations"], typed["relation_edges"], typed["relation_cut"]):
         lines.append(f"    {'__'.join(relation):<40} {edges:>12,} {cut:>10,}")
     m = report["model"]
+    layer0 = "every halo row at layer 0 (--halo-memory sequential: the owners' input rows" \
+        if report["memory_plan"]["halo_memory"] == "sequential" else "embedding rows of featureless types at layer 0 ("
     lines.append(f"  training traffic    {report['predicted_halo_bytes_per_epoch'] / 1e6:.2f} MB of halo payload per "
-                 f"epoch for {m['model']} hidden {m['hidden']}, {m['num_layers']} layers: {typed['embedding_halo_rows']:,} "
-                 f"embedding rows of featureless types at layer 0 (fp32, exact), every halo row at each later layer "
+                 f"epoch for {m['model']} hidden {m['hidden']}, {m['num_layers']} layers: {typed['layer0_halo_rows']:,} "
+                 f"{layer0}, fp32, exact), every halo row at each later layer "
                  f"({report['schedule']}, {report['halo_dtype']})")
     plan = report["memory_plan"]
     per_rank = ", ".join(f"{v / 2**30:.2f}" for v in plan["predicted_peak_rss_bytes_per_rank"])

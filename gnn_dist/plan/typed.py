@@ -21,7 +21,7 @@ from gnn_dist.models import model_class
 from gnn_dist.models.rgcn import relation_order
 from gnn_dist.partition.format import type_offsets
 from gnn_dist.plan.liveness import FLOAT, INDEX, Liveness
-from gnn_dist.plan.memory import MemoryPlan
+from gnn_dist.plan.memory import MemoryPlan, largest_blocks
 from gnn_dist.plan.options import PlanConfig
 from gnn_dist.schedules import parse_schedule
 
@@ -48,6 +48,9 @@ class TypedShape:
     widths: tuple               # feature width per type (0: featureless, an embedding table)
     relations: tuple            # per relation: (entries, nodes reached, distinct sources, ends at the target)
     file_bytes: int             # the part file's arrays as loaded
+    halo_entries: tuple = ()    # per relation: its entries from a halo column (sequential halos' blocks hold them)
+    received_per_peer: tuple = ()  # halo rows from each peer (sequential halos' blocks are cut from them)
+    sent_per_peer: tuple = ()      # rows sent to each peer
 
 
 def typed_shape(arrays: dict, meta) -> TypedShape:
@@ -75,8 +78,10 @@ def typed_shape(arrays: dict, meta) -> TypedShape:
     reached, sources = reached_marks.sum(1), source_marks.sum(1)
     del reached_marks, source_marks
     entries = np.bincount(edge_type, minlength=num_relations)
+    halo_entries = np.bincount(edge_type[indices >= n], minlength=num_relations)
     target = hetero["target"]
     send = arrays["send_idx"]
+    num_parts = len(arrays["send_ptr"]) - 1
     return TypedShape(
         owned=n, halo=h, target=int((owned_type == types.index(target)).sum()),
         train=int(arrays["train_mask"].sum()), sent=len(send),
@@ -85,7 +90,10 @@ def typed_shape(arrays: dict, meta) -> TypedShape:
         halo_per_type=tuple(np.bincount(halo_type, minlength=len(types)).tolist()), widths=widths,
         relations=tuple((int(e), int(a), int(s), relation[2] == target)
                         for e, a, s, relation in zip(entries, reached, sources, hetero["relations"])),
-        file_bytes=int(sum(value.nbytes for value in arrays.values() if isinstance(value, np.ndarray))))
+        file_bytes=int(sum(value.nbytes for value in arrays.values() if isinstance(value, np.ndarray))),
+        halo_entries=tuple(halo_entries.tolist()),
+        received_per_peer=tuple(np.bincount(arrays["halo_owner"], minlength=num_parts).tolist()),
+        sent_per_peer=tuple(np.diff(arrays["send_ptr"]).tolist()))
 
 
 def _form_bytes(rows: int, cols: int, entries: int) -> int:
@@ -95,13 +103,14 @@ def _form_bytes(rows: int, cols: int, entries: int) -> int:
 
 def _orders(shape: TypedShape, config: PlanConfig, num_classes: int) -> list[dict]:
     """Per layer: {relation: "aggregate" | "transform"} for the relations it computes (the last layer: those into
-    the target type), as the layers decide."""
+    the target type), as the layers decide (with sequential halos every relation is aggregated first)."""
     model = config.model
     attends = model_class(model.model).attention  # R-GAT: every relation attends over its gathered form
+    sequential = config.halo_memory == "sequential"
     layers = []
     for k, (i, o, _) in enumerate(model.layers(model.hidden, num_classes)):
         last = k == model.num_layers - 1
-        layers.append({r: "attend" if attends else relation_order(a, s, e, i, o)
+        layers.append({r: "attend" if attends else "aggregate" if sequential else relation_order(a, s, e, i, o)
                        for r, (e, a, s, into_target) in enumerate(shape.relations) if e and (into_target or not last)})
     return layers
 
@@ -123,11 +132,17 @@ def plan_typed_phases(shape: TypedShape, config: PlanConfig, num_classes: int) -
         conv_type.parameter_count(i, o, num_relations=len(relations), **options) for i, o, options in widths)
     reweights = S > 0 and any(s.reweights_rows for s in parse_schedule(config.schedule).per_layer(max(L - 1, 1)))
 
+    sequential = config.halo_memory == "sequential"
     forms = 0  # every form the layers use, built once and shared (RelationOperator)
     built = set()
+    builds = []  # sequential halos: each blocked form's entries, built one after another at set-up
     for order in orders:
         aggregated = tuple(r for r, how in order.items() if how == "aggregate")
-        if aggregated and aggregated not in built:
+        if sequential and aggregated not in built:
+            built.add(aggregated)
+            builds.append(sum(relations[r][0] for r in aggregated))
+            forms += _blocked_form_bytes(shape, aggregated)
+        elif aggregated and aggregated not in built:
             built.add(aggregated)
             forms += _form_bytes(sum(relations[r][1] for r in aggregated), n + h,
                                  sum(relations[r][0] for r in aggregated))
@@ -146,7 +161,9 @@ def plan_typed_phases(shape: TypedShape, config: PlanConfig, num_classes: int) -
         # node ids (part, graph, the stack's columns), labels, masks, the typed rows' positions and orders, the
         # halo plans (the layers', the embedding rows', each featured type's)
         "ids, labels, plan": n * (6 * INDEX + 6) + h * 8 * INDEX + S * 6 * INDEX + t * (INDEX + 3),
-        "typed input features": sum(shape.widths[k] * (shape.owned_per_type[k] + shape.halo_per_type[k]) * FLOAT
+        # sequential halos fetch no halo features: the first layer's halo rows travel as its input rows
+        "typed input features": sum(shape.widths[k] * (shape.owned_per_type[k]
+                                                       + (0 if sequential else shape.halo_per_type[k])) * FLOAT
                                     for k in featured),
         "relation forms": forms + reached * INDEX,
         # replicated: the values, their gradients, the flat allreduce buffer and Adam's two moments; the embedding
@@ -154,10 +171,10 @@ def plan_typed_phases(shape: TypedShape, config: PlanConfig, num_classes: int) -
         "parameters, Adam": replicated * FLOAT * 5 + featureless_owned * H * FLOAT * 4,
     }
 
-    phases = {"setup": _setup(shape, persistent, entries, forms)}
+    phases = {"setup": _setup(shape, persistent, entries, forms, builds)}
     for phase, training in (("train", True), ("eval", False)):
         live = Liveness(persistent)
-        _inputs(live, shape, H, featureless_halo)
+        _inputs(live, shape, H, featureless_halo, sequential)
         if conv_type.attention:
             _attention_layers(live, shape, config, orders, widths, training, C)
         else:
@@ -171,25 +188,47 @@ def plan_typed(shape: TypedShape, config: PlanConfig, num_classes: int) -> Memor
     return max(plan_typed_phases(shape, config, num_classes).values(), key=lambda plan: plan.peak)
 
 
-def _setup(shape: TypedShape, persistent: dict, entries: int, forms: int) -> MemoryPlan:
-    """The part file as loaded, then the relation operator's build, then its forms beside the entries."""
+def _setup(shape: TypedShape, persistent: dict, entries: int, forms: int, builds: list[int]) -> MemoryPlan:
+    """The part file as loaded, then the relation operator's build, then its forms beside the entries; with
+    sequential halos, each blocked form's build (builds: its entries) in turn."""
     live = Liveness({"process": PROCESS_BYTES, "part file": shape.file_bytes})
     live.alloc("operator build", entries * SETUP_BYTES_PER_ENTRY)
     live.free("operator build")
     # the entries the forms are built from (rows, columns, values) and each relation's source positions
     live.alloc("relation entries", entries * (2 * INDEX + FLOAT + INDEX))
+    for built in builds:
+        # the stacked entries (rows, columns, values), then their owned and halo columns' copies and the halo
+        # columns' sort (gnn_dist.halo.blocks.build_blocked_operator)
+        live.alloc("blocked form build", built * (2 * (2 * INDEX + FLOAT) + 1 + INDEX))
+        live.free("blocked form build")
     live.alloc("relation forms", forms)
     return MemoryPlan(live.peak, "setup", live.at_peak)
 
 
-def _inputs(live: Liveness, shape: TypedShape, H: int, featureless_halo: int) -> None:
-    """gnn_dist.hetero.inputs.TypedInputs.forward: each type's rows, joined and ordered per side, then [owned | halo]."""
+def _blocked_form_bytes(shape: TypedShape, relations: tuple) -> int:
+    """A stacked form split into its owned columns and halo blocks (sequential halos): every entry in one CSR
+    matrix and its transpose, the owned part's row pointers, each block's over its own rows and columns and the
+    owned rows it adds into (at most one per halo entry)."""
+    reached = sum(shape.relations[r][1] for r in relations)
+    entries = sum(shape.relations[r][0] for r in relations)
+    halo_entries = sum(shape.halo_entries[r] for r in relations) if shape.halo_entries else 0
+    rows_of_blocks = min(halo_entries, reached * max(len(shape.received_per_peer), 1))
+    return _form_bytes(reached, shape.owned, entries) + 2 * (shape.halo + rows_of_blocks) * CSR_INDEX \
+        + rows_of_blocks * INDEX
+
+
+def _inputs(live: Liveness, shape: TypedShape, H: int, featureless_halo: int, sequential: bool) -> None:
+    """gnn_dist.hetero.inputs.TypedInputs.forward: each type's rows, joined and ordered per side, then [owned | halo]
+    (sequential halos: the owned rows alone)."""
     n, h = shape.owned, shape.halo
     live.alloc("inputs: pieces", n * H * FLOAT)        # each type's owned rows (the Linears' outputs, the shards)
     live.alloc("inputs: joined", n * H * FLOAT)
     live.free("inputs: pieces")
     live.alloc("inputs: owned", n * H * FLOAT)         # in the part's order
     live.free("inputs: joined")
+    if sequential:
+        live.rename("inputs: owned", "layer input")
+        return
     # the embedding rows' exact exchange returns [owned | featureless halo] (sliced) and sends its rows
     live.alloc("inputs: embedding exchange", (n + featureless_halo + shape.sent_featureless) * H * FLOAT)
     live.alloc("inputs: halo", 2 * h * H * FLOAT)      # the halo's pieces joined, then in order
@@ -198,10 +237,15 @@ def _inputs(live: Liveness, shape: TypedShape, H: int, featureless_halo: int) ->
     live.free("inputs: owned", "inputs: halo")
 
 
-def _layer_input(live: Liveness, shape: TypedShape, k: int, width: int, dropped: bool) -> None:
+def _layer_input(live: Liveness, shape: TypedShape, k: int, width: int, dropped: bool,
+                 sequential: bool = False) -> None:
     """Layer k's [owned | halo] input as "layer input": layer 0's typed inputs (a copy when dropout is on: its
-    input is then free), a later layer's exchange (its [owned | halo] rows and the rows it sends)."""
-    rows = shape.owned + shape.halo
+    input is then free), a later layer's exchange (its [owned | halo] rows and the rows it sends). With
+    sequential halos a layer's input is its owned rows (layer 0's dropped into a copy, a later layer's in place)
+    and its halo arrives in blocks (_halo_blocks)."""
+    rows = shape.owned + (0 if sequential else shape.halo)
+    if sequential and k > 0:
+        return
     if k == 0:
         if dropped:
             live.alloc("layer 0 dropped input", rows * width * FLOAT)
@@ -279,16 +323,23 @@ def _layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[
     relations = shape.relations
     p = config.model.dropout
     L = len(orders)
+    sequential = config.halo_memory == "sequential"
+    block, sent_block = largest_blocks(shape, config) if sequential else (0, 0)
     saved = []
     for k, ((i, o, _), order) in enumerate(zip(widths, orders)):
         last = k == L - 1
         rows = t if last else n
-        _layer_input(live, shape, k, i, training and p > 0)  # R-GCN's root term keeps it for the backward
+        # R-GCN's root term keeps the layer's input for the backward
+        _layer_input(live, shape, k, i, training and p > 0, sequential)
         if last:
             live.alloc(f"layer {k} target rows", t * i * FLOAT)  # the root term's input rows
         aggregated = sum(relations[r][1] for r, how in order.items() if how == "aggregate")
         gathered = sum(relations[r][2] for r, how in order.items() if how == "transform")
+        if sequential:  # a block received and one sent, and the next of each already on the wire
+            live.alloc("halo blocks", 2 * (block + sent_block) * i * FLOAT)
         live.alloc(f"layer {k} aggregated and gathered rows", (aggregated + gathered) * i * FLOAT)
+        if sequential:
+            live.free("halo blocks")
         live.alloc(f"layer {k} output", rows * o * FLOAT)
         largest = max((relations[r][1] + (relations[r][2] if how == "transform" else 0) for r, how in order.items()),
                       default=0)
@@ -311,7 +362,15 @@ def _layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[
         # aggregated rows, and of [owned | halo] (the sparse product's and the root term's, summed)
         live.alloc("relation gradients", largest * (o + i) * FLOAT)
         live.free("relation gradients")
-        live.alloc(f"layer {k} input gradient", 2 * (n + h) * i * FLOAT)
+        if sequential:
+            # the aggregated rows' gradient, whole, then the blocks' gradients sent back and the owners' received,
+            # one ahead of each, beside the owned input's gradient (the sparse product's and the root term's)
+            aggregated = sum(relations[r][1] for r in order)
+            live.alloc(f"layer {k} aggregated gradient", aggregated * i * FLOAT)
+            live.alloc(f"layer {k} input gradient", (2 * n + 2 * (block + sent_block)) * i * FLOAT)
+            live.free(f"layer {k} aggregated gradient")
+        else:
+            live.alloc(f"layer {k} input gradient", 2 * (n + h) * i * FLOAT)
         live.free("loss gradient", f"layer {k} kept input", f"layer {k} aggregated and gathered rows",
                   f"layer {k} target rows", f"layer {k} output gradient")
         live.alloc(f"layer {k - 1} output gradient", n * i * FLOAT)  # after the exchange's backward
