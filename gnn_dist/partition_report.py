@@ -10,7 +10,7 @@ import dataclasses
 import os
 
 from gnn_dist.config import LinkConfig, ModelConfig
-from gnn_dist.hetero.report import FP32_BYTES, format_typed_report, typed_report
+from gnn_dist.hetero.report import format_typed_report, typed_report
 from gnn_dist.memory.host import readable_bytes
 from gnn_dist.partition.format import load_meta, part_shapes, verify_part_file
 from gnn_dist.plan.host import plan_host

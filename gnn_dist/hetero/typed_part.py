@@ -83,6 +83,7 @@ class RelationOperator:
         self._gathered: dict = {}
         self._distinct: dict = {}
         self._counts: dict = {}
+        self._halo_sources: dict = {}
         self._released = False
 
     @property
@@ -111,10 +112,17 @@ class RelationOperator:
             self._counts[r] = self.offsets[r + 1] - self.offsets[r], len(sources), len(position)
         return self._counts[r]
 
+    def has_halo_sources(self, r: int) -> bool:
+        """Whether an entry of relation r starts at a halo column (answered before the entries are released)."""
+        if r not in self._halo_sources:
+            self._halo_sources[r] = bool((self._cols[self._entries(r)] >= self.n_owned).any())
+        return self._halo_sources[r]
+
     def release_entries(self) -> None:
         """Drop the entries once every form in use is built: later forms cannot be made, counts still answer."""
         for r in range(self.num_relations):
             self.counts(r)
+            self.has_halo_sources(r)
         del self._rows, self._cols, self._values
         self._distinct = {}
         self._released = True

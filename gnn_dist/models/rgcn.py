@@ -114,32 +114,41 @@ class DistRGCNConv(RelationConv):
             for r, block in zip(first["aggregate"], torch.split(aggregated, sizes)):
                 # addmm keeps its inputs for the backward, not its output: adding in place is safe
                 add_rows_(out, self._nodes(r), _scaled(block, scale, relations, r) @ weights[r])
-        if first["transform"]:  # these relations' sources are transformed, then aggregated at the output width
-            gathered = [relations.gathered(r) for r in first["transform"]]
-            sources = full.index_select(0, torch.cat([s for _, s in gathered]))  # one gather, one scatter back
-            for r, (operator, _), rows in zip(first["transform"], gathered,
-                                              torch.split(sources, [len(s) for _, s in gathered])):
-                add_rows_(out, self._nodes(r), _scaled(spmm(operator, rows @ weights[r]), scale, relations, r))
+        self._add_transformed(out, full, first["transform"], weights, scale)
         return out
+
+    def _add_transformed(self, out: torch.Tensor, x: torch.Tensor, transformed: tuple, weights: torch.Tensor,
+                         scale: torch.Tensor | None) -> None:
+        """Add the relations whose sources are transformed first, then aggregated at the output width, into out:
+        their sources' rows of x (with sequential halos, only relations whose sources are all owned)."""
+        if not transformed:
+            return
+        relations = self.operator
+        gathered = [relations.gathered(r) for r in transformed]
+        sources = x.index_select(0, torch.cat([s for _, s in gathered]))  # one gather, one scatter back
+        for r, (operator, _), rows in zip(transformed, gathered, torch.split(sources, [len(s) for _, s in gathered])):
+            add_rows_(out, self._nodes(r), _scaled(spmm(operator, rows @ weights[r]), scale, relations, r))
 
     def _forward_sequential(self, x: torch.Tensor) -> torch.Tensor:
         """--halo-memory sequential: x is the owned rows [n_owned, in] (every layer's, the first included: its
         owners made and dropped them); the halo's rows arrive block by block into one product that aggregates
         every relation the layer computes (gnn_dist.halo.blocks over the stacked form), so no [owned | halo]
-        tensor is made, forward or backward. Every relation is aggregated first here: transforming a
-        relation's sources first would need its halo sources' rows at once."""
+        tensor is made, forward or backward. Every relation with a halo source is aggregated first here
+        (transforming its sources first would need its halo rows at once); one whose sources are all owned (every
+        relation at P=1) keeps the cheaper order."""
         relations = self.operator
         weights = self.relation_weights()
         own = x if self.output_rows is None else x.index_select(0, self.output_rows)
         out = torch.addmm(self.bias, own, self.root)
         del own
-        computed = self._plan()["aggregate"]
+        first = self._plan()
         aggregated = aggregate_exchanged(self.blocked, self.exchanger, x, None, self.slot)
-        del x
-        if computed:  # a rank whose part this layer reaches nowhere still moved its blocks above
-            sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in computed]
-            for r, block in zip(computed, torch.split(aggregated, sizes)):
+        if first["aggregate"]:  # a rank whose part this layer reaches nowhere still moved its blocks above
+            sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in first["aggregate"]]
+            for r, block in zip(first["aggregate"], torch.split(aggregated, sizes)):
                 add_rows_(out, self._nodes(r), block @ weights[r])
+        del aggregated
+        self._add_transformed(out, x, first["transform"], weights, None)
         return out
 
     def forward_block(self, x_src: torch.Tensor, relations, dst_type: torch.Tensor,
@@ -181,6 +190,8 @@ class DistRGCNConv(RelationConv):
             self.sequential_halos = True
             self._order = None
             self.blocked = self.operator.blocked(self._plan()["aggregate"], *halo_blocking)
+            for r in self._plan()["transform"]:
+                self.operator.gathered(r)
             return
         relations, first = self.operator, self._plan()
         if first["aggregate"]:
@@ -200,8 +211,8 @@ class DistRGCNConv(RelationConv):
             for r in range(self.operator.num_relations):
                 if not self.computes(r):
                     continue
-                if self.sequential_halos:
-                    order["aggregate"].append(r)
+                if self.sequential_halos and self.operator.has_halo_sources(r):
+                    order["aggregate"].append(r)  # its halo sources come in blocks: aggregated as they arrive
                     continue
                 reached, sources, entries = self.operator.counts(r)
                 order[relation_order(reached, sources, entries, self.in_dim, self.out_dim)].append(r)

@@ -103,14 +103,16 @@ def _form_bytes(rows: int, cols: int, entries: int) -> int:
 
 def _orders(shape: TypedShape, config: PlanConfig, num_classes: int) -> list[dict]:
     """Per layer: {relation: "aggregate" | "transform"} for the relations it computes (the last layer: those into
-    the target type), as the layers decide (with sequential halos every relation is aggregated first)."""
+    the target type), as the layers decide (with sequential halos every relation with a halo source is
+    aggregated first)."""
     model = config.model
     attends = model_class(model.model).attention  # R-GAT: every relation attends over its gathered form
     sequential = config.halo_memory == "sequential"
     layers = []
     for k, (i, o, _) in enumerate(model.layers(model.hidden, num_classes)):
         last = k == model.num_layers - 1
-        layers.append({r: "attend" if attends else "aggregate" if sequential else relation_order(a, s, e, i, o)
+        layers.append({r: "attend" if attends else "aggregate" if sequential and shape.halo_entries[r]
+                       else relation_order(a, s, e, i, o)
                        for r, (e, a, s, into_target) in enumerate(shape.relations) if e and (into_target or not last)})
     return layers
 
@@ -365,7 +367,7 @@ def _layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[
         if sequential:
             # the aggregated rows' gradient, whole, then the blocks' gradients sent back and the owners' received,
             # one ahead of each, beside the owned input's gradient (the sparse product's and the root term's)
-            aggregated = sum(relations[r][1] for r in order)
+            aggregated = sum(relations[r][1] for r, how in order.items() if how == "aggregate")
             live.alloc(f"layer {k} aggregated gradient", aggregated * i * FLOAT)
             live.alloc(f"layer {k} input gradient", (2 * n + 2 * (block + sent_block)) * i * FLOAT)
             live.free(f"layer {k} aggregated gradient")
