@@ -71,7 +71,8 @@ def test_training_peak_equals_a_count_by_hand(partitioned, monkeypatch, halo_mem
     saved0 = n * F * f                 # the first layer's aggregation, for its weight gradient
     mask = n * H // 8                  # one bit per element of the hidden layer's input (H = 32: whole bytes)
     layer1 = saved0 + n * H * f + mask + n * C * f + halo_rows + n * C * f   # input, mask, transformed, halo, sum
-    loss = saved0 + mask + n * H * f + n * C * f + 3 * n * C * f
+    # the loss's chunk temporaries (gnn_dist.nn.cross_entropy), then the logits' gradient beside the logits
+    loss = saved0 + mask + n * H * f + 2 * n * C * f + 2 * min(8192, n) * C * f
     backward = max(saved0 + mask + n * H * f + n * C * f + halo_grad + n * C * f,  # through the aggregation
                    saved0 + mask + n * H * f + n * H * f)                          # through ReLU and dropout
     assert train.peak == held + max(layer0, layer1, loss, backward)
@@ -129,7 +130,7 @@ def test_a_gpu_ranks_device_peak_equals_a_count_by_hand(partitioned):
     relu, dropped, mask = n * H * f, n * H * f, n * H     # ReLU's output, the dropout's new tensor, byte mask
     halo = (n + h) * C * f
     layer1 = saved0 + relu + dropped + mask + n * C * f + halo + n * C * f
-    loss = saved0 + relu + dropped + mask + n * C * f + 3 * n * C * f
+    loss = saved0 + relu + dropped + mask + 2 * n * C * f + 2 * min(8192, n) * C * f
     backward = max(saved0 + relu + dropped + mask + n * C * f + halo + n * C * f,
                    saved0 + relu + dropped + mask + n * H * f)
     assert train.peak == held + max(layer0, layer1, loss, backward)

@@ -28,6 +28,7 @@ from gnn_dist.kernels.native import torch_formulations_run
 from gnn_dist.memory.host import PROCESS_BYTES, readable_bytes
 from gnn_dist.models import model_class
 from gnn_dist.nn import sparse_features
+from gnn_dist.nn.cross_entropy import CHUNK_ROWS
 from gnn_dist.partition.format import PartShape
 from gnn_dist.plan.link import link_pairs_bytes, plan_link_evaluation, plan_link_scoring
 from gnn_dist.plan.liveness import FLOAT, INDEX, Liveness
@@ -165,7 +166,7 @@ def plan_phases(shape: PartShape, config: PlanConfig, num_features: int, num_cla
     _forward(train, config, widths, sizes, training=True, loss=link is None)
     if link is not None:
         plan_link_scoring(train, config, link, n, widths[-1][1])
-    _backward(train, config, widths, sizes)
+    _backward(train, config, widths, sizes, loss=link is None)
 
     evaluation = Liveness(persistent)
     _forward(evaluation, config, widths, sizes, training=False)
@@ -258,15 +259,21 @@ def _forward(live: Liveness, config: PlanConfig, widths, z: _Sizes, training: bo
         live.alloc("update scratch", n * scratch * FLOAT)
         live.alloc(f"saved update {k}", n * saved * FLOAT if training else 0)
         live.free("aggregated", "update scratch", "layer input")
-    live.alloc("loss", 3 * n * widths[-1][1] * FLOAT if training and loss else 0)
+    # the loss's temporaries: a chunk of the logits' rows and its log-sum-exp (gnn_dist.nn.cross_entropy)
+    live.alloc("loss", 2 * min(CHUNK_ROWS, n) * widths[-1][1] * FLOAT if training and loss else 0)
 
 
-def _backward(live: Liveness, config: PlanConfig, widths, z: _Sizes) -> None:
-    """Gradients flow back layer by layer; each saved tensor goes when the step that needed it is done."""
+def _backward(live: Liveness, config: PlanConfig, widths, z: _Sizes, loss: bool = True) -> None:
+    """Gradients flow back layer by layer; each saved tensor goes when the step that needed it is done. loss:
+    the node task's cross-entropy, whose backward makes the logits' gradient while it still holds them."""
     n = z.n
-    live.free("layer output")
-    live.alloc("output gradient", n * widths[-1][1] * FLOAT)
-    live.free("loss")
+    if loss:
+        live.alloc("output gradient", n * widths[-1][1] * FLOAT)
+        live.free("layer output", "loss")
+    else:
+        live.free("layer output")
+        live.alloc("output gradient", n * widths[-1][1] * FLOAT)
+        live.free("loss")
     conv = model_class(config.model.model)
     for k in reversed(range(len(widths))):
         i, o, options = widths[k]

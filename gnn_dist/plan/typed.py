@@ -19,6 +19,7 @@ import numpy as np
 from gnn_dist.memory.host import PROCESS_BYTES
 from gnn_dist.models import model_class
 from gnn_dist.models.rgcn import relation_order
+from gnn_dist.nn.cross_entropy import CHUNK_ROWS
 from gnn_dist.partition.format import type_offsets
 from gnn_dist.plan.liveness import FLOAT, INDEX, Liveness
 from gnn_dist.plan.memory import MemoryPlan, largest_blocks
@@ -261,10 +262,10 @@ def _layer_input(live: Liveness, shape: TypedShape, k: int, width: int, dropped:
 
 
 def _loss(live: Liveness, shape: TypedShape, C: int) -> None:
-    """The loss over the training rows: their logits and log-softmax, then its gradient and the logits' gradient;
-    the logits ("layer input") are free after."""
-    live.alloc("loss", 2 * shape.train * C * FLOAT)
-    live.alloc("loss gradient", (shape.train + shape.target) * C * FLOAT)
+    """The loss over the training rows, a chunk of their logits at a time (gnn_dist.nn.cross_entropy), then the
+    logits' gradient, made beside the logits ("layer input"), which are free after."""
+    live.alloc("loss", 2 * min(CHUNK_ROWS, shape.train) * C * FLOAT)
+    live.alloc("loss gradient", shape.target * C * FLOAT)
     live.free("loss", "layer input")
 
 

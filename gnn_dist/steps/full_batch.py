@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
+from gnn_dist.nn.cross_entropy import rows_cross_entropy
 from gnn_dist.steps.gradients import flat_buffer, replicated_parameters, sync_gradients
 from gnn_dist.steps.state import TrainingDiverged
 
@@ -22,6 +22,9 @@ class FullBatchMode:
         self.state = state
         self.params = replicated_parameters(state.model)
         self.flat = flat_buffer(self.params, extras=1)  # gradients, then the loss
+        graph = state.graph
+        self.train_rows = graph.train_mask.nonzero().squeeze(1)
+        self.train_labels = graph.y.index_select(0, self.train_rows)
 
     def compute_gradients(self, epoch: int) -> float:
         """Forward and backward on this rank, then gradients (and the loss) summed over ranks.
@@ -29,13 +32,13 @@ class FullBatchMode:
         Afterwards every rank holds the gradient of the global mean training loss; returns that loss.
         """
         state = self.state
-        model, graph = state.model, state.graph
+        model = state.model
         model.train()
         model.epoch = epoch
         state.optimizer.zero_grad(set_to_none=False)
-        logits = model(state.x_full)
-        mask = graph.train_mask
-        loss = F.cross_entropy(logits[mask], graph.y[mask], reduction="sum") / state.num_train
+        # chunked: no [training rows, classes] copy of the logits (gnn_dist.nn.cross_entropy); the loss keeps
+        # the logits until its backward has made their gradient, then they go
+        loss = rows_cross_entropy(model(state.x_full), self.train_rows, self.train_labels) / state.num_train
         loss.backward()
         (global_loss,) = sync_gradients(state.exchanger, self.params, self.flat, [loss.detach()])
         return global_loss
