@@ -264,6 +264,18 @@ def test_rgcn_with_sequential_halos_equals_pyg_at_any_p(typed_parts, num_parts, 
         assert all(blocks > 0 for blocks in seen["blocks"]) == (num_parts > 1)
 
 
+@pytest.mark.parametrize("halo_memory", ["resident", "sequential"])
+def test_rgcn_products_in_chunks_of_rows_equal_pyg(typed_parts, monkeypatch, halo_memory):
+    """A relation's block times its weight, a few rows at a time (as the last layer of a many-class graph
+    makes it), adds into the same rows and gives PyG's step."""
+    from gnn_dist.models import rgcn
+
+    monkeypatch.setattr(rgcn, "PRODUCT_CHUNK_BYTES", 4 * 16 * 3)  # 3 rows of 16 columns, a row of 4 classes
+    force_order(monkeypatch, "aggregate")
+    results = one_typed_step(typed_parts[2], 2, 16, 2, training={"halo_memory": halo_memory})
+    assert_step_is_pyg_s(results, 2, 16, 2, 0)
+
+
 def assert_step_is_pyg_s(results, num_parts: int, hidden: int, num_layers: int, num_bases: int) -> None:
     """One typed step's logits, loss and gradients at P ranks (one_typed_step's) are the independent PyG model's."""
     arrays = typed_arrays()

@@ -113,7 +113,7 @@ class DistRGCNConv(RelationConv):
             sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in first["aggregate"]]
             for r, block in zip(first["aggregate"], torch.split(aggregated, sizes)):
                 # addmm keeps its inputs for the backward, not its output: adding in place is safe
-                add_rows_(out, self._nodes(r), _scaled(block, scale, relations, r) @ weights[r])
+                add_product_(out, self._nodes(r), _scaled(block, scale, relations, r), weights[r])
         self._add_transformed(out, full, first["transform"], weights, scale)
         return out
 
@@ -146,7 +146,7 @@ class DistRGCNConv(RelationConv):
         if first["aggregate"]:  # a rank whose part this layer reaches nowhere still moved its blocks above
             sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in first["aggregate"]]
             for r, block in zip(first["aggregate"], torch.split(aggregated, sizes)):
-                add_rows_(out, self._nodes(r), block @ weights[r])
+                add_product_(out, self._nodes(r), block, weights[r])
         del aggregated
         self._add_transformed(out, x, first["transform"], weights, None)
         return out
@@ -164,7 +164,7 @@ class DistRGCNConv(RelationConv):
             aggregated = spmm(relations.stacked(computed), x_src)
             sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in computed]
             for r, block in zip(computed, torch.split(aggregated, sizes)):
-                add_rows_(out, relations.reached(r), block @ weights[r])
+                add_product_(out, relations.reached(r), block, weights[r])
         return out
 
     def _relation_scale(self) -> torch.Tensor | None:
@@ -228,6 +228,27 @@ class DistRGCNConv(RelationConv):
     @staticmethod
     def pyg_parameter_names() -> dict[str, str]:
         return {"weight": "weight", "basis": "weight", "comp": "comp", "root": "root", "bias": "bias"}
+
+
+PRODUCT_CHUNK_BYTES = 64 * 2**20  # the largest [rows, out] product add_product_ makes at once
+
+
+def product_chunk_rows(out_dim: int) -> int:
+    """Rows of one chunk of add_product_'s products at out_dim columns (also the memory plan's)."""
+    return max(1, PRODUCT_CHUNK_BYTES // (4 * out_dim))
+
+
+def add_product_(out: torch.Tensor, nodes: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor) -> None:
+    """out[nodes] += rows @ weight, a chunk of rows at a time: the last layer's products are [nodes reached,
+    classes] (on ogbn-mag's shape 736k papers x 349 classes, 1 GiB per relation), which no step needs whole.
+    Chunks by split, whose backward joins the chunks' gradients in one tensor (a slice's would fill a zero
+    tensor of the whole per chunk)."""
+    step = product_chunk_rows(weight.shape[1])
+    if rows.shape[0] <= step:
+        add_rows_(out, nodes, rows @ weight)
+        return
+    for chunk_nodes, chunk in zip(torch.split(nodes, step), torch.split(rows, step)):
+        add_rows_(out, chunk_nodes, chunk @ weight)
 
 
 def relation_order(reached: int, sources: int, entries: int, in_dim: int, out_dim: int) -> str:

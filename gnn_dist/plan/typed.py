@@ -18,7 +18,7 @@ import numpy as np
 
 from gnn_dist.memory.host import PROCESS_BYTES
 from gnn_dist.models import model_class
-from gnn_dist.models.rgcn import relation_order
+from gnn_dist.models.rgcn import product_chunk_rows, relation_order
 from gnn_dist.nn.cross_entropy import CHUNK_ROWS
 from gnn_dist.partition.format import type_offsets
 from gnn_dist.plan.liveness import FLOAT, INDEX, Liveness
@@ -208,6 +208,14 @@ def _setup(shape: TypedShape, persistent: dict, entries: int, forms: int, builds
     return MemoryPlan(live.peak, "setup", live.at_peak)
 
 
+def _relation_temporaries(relations: tuple, order: dict, o: int) -> int:
+    """Elements of a layer's largest per-relation temporaries at o output columns: a relation transformed first
+    makes its sources times the weight and their mean over its nodes; one aggregated first a chunk of its
+    block times the weight."""
+    return max(((relations[r][1] + relations[r][2]) * o if how == "transform"
+                else min(relations[r][1], product_chunk_rows(o)) * o for r, how in order.items()), default=0)
+
+
 def _blocked_form_bytes(shape: TypedShape, relations: tuple) -> int:
     """A stacked form split into its owned columns and halo blocks (sequential halos): every entry in one CSR
     matrix and its transpose, the owned part's row pointers, each block's over its own rows and columns and the
@@ -220,7 +228,7 @@ def _blocked_form_bytes(shape: TypedShape, relations: tuple) -> int:
         + rows_of_blocks * INDEX
 
 
-def _inputs(live: Liveness, shape: TypedShape, H: int, featureless_halo: int, sequential: bool) -> None:
+def _inputs(live: Liveness, shape: TypedShape, H: int, featureless_halo: int, sequential: bool = False) -> None:
     """gnn_dist.hetero.inputs.TypedInputs.forward: each type's rows, joined and ordered per side, then [owned | halo]
     (sequential halos: the owned rows alone)."""
     n, h = shape.owned, shape.halo
@@ -344,9 +352,9 @@ def _layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[
         if sequential:
             live.free("halo blocks")
         live.alloc(f"layer {k} output", rows * o * FLOAT)
-        largest = max((relations[r][1] + (relations[r][2] if how == "transform" else 0) for r, how in order.items()),
-                      default=0)
-        live.alloc("relation temporaries", 2 * largest * o * FLOAT)  # a block times its weight, its mean
+        # a relation transformed first: its sources times the weight, their mean; one aggregated first: a chunk
+        # of its block times the weight (gnn_dist.models.rgcn.add_product_)
+        live.alloc("relation temporaries", _relation_temporaries(relations, order, o) * FLOAT)
         live.free("relation temporaries")
         if training:
             saved.append(k)
@@ -359,11 +367,13 @@ def _layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[
     _loss(live, shape, C)
     for k in reversed(range(L)):
         (i, o, _), order = widths[k], orders[k]
-        largest = max((relations[r][1] + (relations[r][2] if how == "transform" else 0) for r, how in order.items()),
-                      default=0)
-        # per relation: the output gradient's rows and their product with the weight; then the gradients of the
-        # aggregated rows, and of [owned | halo] (the sparse product's and the root term's, summed)
-        live.alloc("relation gradients", largest * (o + i) * FLOAT)
+        # per relation: the output gradient's rows and their product with the weight (a relation aggregated
+        # first: chunk by chunk, joined into its block's gradient); then the gradients of the aggregated rows,
+        # and of [owned | halo] (the sparse product's and the root term's, summed)
+        live.alloc("relation gradients", max(
+            ((relations[r][1] + relations[r][2]) * (o + i) if how == "transform"
+             else min(relations[r][1], product_chunk_rows(o)) * o + relations[r][1] * i for r, how in order.items()),
+            default=0) * FLOAT)
         live.free("relation gradients")
         if sequential:
             # the aggregated rows' gradient, whole, then the blocks' gradients sent back and the owners' received,
