@@ -224,7 +224,9 @@ class TrainConfig:
     eval_chunk_nodes: int = option(DEFAULT_EVAL_CHUNK_NODES, "evaluate layer by layer over chunks of this many "
                                    "owned nodes: memory of one layer's activations plus a chunk, in both modes")
     halo_memory: str = option("resident", "resident: receive each layer's whole halo at once; sequential: one peer "
-                              "block at a time, the same results and bytes in far less memory (docs/memory.md)",
+                              "block at a time, the same results in far less memory, and the same bytes on a "
+                              "homogeneous graph (a typed graph's first layer then moves its whole halo: "
+                              "docs/memory.md, docs/hetero.md)",
                               choices=HALO_MEMORY_MODES)
     halo_block_rows: int = option(DEFAULT_HALO_BLOCK_ROWS, "sequential: receive at most this many halo rows at "
                                   "once (0: one peer's whole block)")
