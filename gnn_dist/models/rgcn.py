@@ -57,7 +57,7 @@ class DistRGCNConv(RelationConv):
             self.weight = nn.Parameter(torch.empty(num_relations, in_dim, out_dim))  # host: moved with its module
         self.root = nn.Parameter(torch.empty(in_dim, out_dim))  # host: moved with its module
         self.bias = nn.Parameter(torch.zeros(out_dim))  # host: moved with its module
-        self.sequential_halos = False  # build_forms(halo_blocking=...): every relation aggregated first
+        self.sequential_halos = False  # build_forms(halo_blocking=...): relations with halo sources aggregated first
         self.reset_parameters()
 
     @classmethod
@@ -107,13 +107,8 @@ class DistRGCNConv(RelationConv):
         first = self._plan()
         scale = self._relation_scale() if x_full is None else None
         if first["aggregate"]:  # one product aggregates these relations; each block then meets its weight
-            aggregated = spmm(relations.stacked(first["aggregate"]), full)
-            # split, not slices: its backward joins the blocks' gradients in one tensor, where each slice's
-            # would fill a zero tensor of the whole
-            sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in first["aggregate"]]
-            for r, block in zip(first["aggregate"], torch.split(aggregated, sizes)):
-                # addmm keeps its inputs for the backward, not its output: adding in place is safe
-                add_product_(out, self._nodes(r), _scaled(block, scale, relations, r), weights[r])
+            add_aggregated_(out, spmm(relations.stacked(first["aggregate"]), full), relations, first["aggregate"],
+                            self._nodes, weights, scale)
         self._add_transformed(out, full, first["transform"], weights, scale)
         return out
 
@@ -142,12 +137,9 @@ class DistRGCNConv(RelationConv):
         out = torch.addmm(self.bias, own, self.root)
         del own
         first = self._plan()
-        aggregated = aggregate_exchanged(self.blocked, self.exchanger, x, None, self.slot)
-        if first["aggregate"]:  # a rank whose part this layer reaches nowhere still moved its blocks above
-            sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in first["aggregate"]]
-            for r, block in zip(first["aggregate"], torch.split(aggregated, sizes)):
-                add_product_(out, self._nodes(r), block, weights[r])
-        del aggregated
+        # every rank moves its blocks, even one whose part this layer reaches nowhere
+        add_aggregated_(out, aggregate_exchanged(self.blocked, self.exchanger, x, None, self.slot), relations,
+                        first["aggregate"], self._nodes, weights)
         self._add_transformed(out, x, first["transform"], weights, None)
         return out
 
@@ -161,10 +153,8 @@ class DistRGCNConv(RelationConv):
         out = torch.addmm(self.bias, x_src[:relations.n_owned] if x_dst is None else x_dst, self.root)
         computed = tuple(r for r in range(relations.num_relations) if relations.offsets[r + 1] > relations.offsets[r])
         if computed:
-            aggregated = spmm(relations.stacked(computed), x_src)
-            sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in computed]
-            for r, block in zip(computed, torch.split(aggregated, sizes)):
-                add_product_(out, relations.reached(r), block, weights[r])
+            add_aggregated_(out, spmm(relations.stacked(computed), x_src), relations, computed, relations.reached,
+                            weights)
         return out
 
     def _relation_scale(self) -> torch.Tensor | None:
@@ -185,7 +175,8 @@ class DistRGCNConv(RelationConv):
         renormalising factors. exchanges: whether the layer's halo rows come through its schedule (not the first
         layer's: the typed inputs bring them). halo_blocking: (rank, the P x P send-count matrix, this rank's
         halo rows per owner, --halo-block-rows) under --halo-memory sequential: the layer aggregates every
-        relation first, over the stacked form split into halo blocks (RelationOperator.blocked)."""
+        relation with a halo source first, over the stacked form split into halo blocks
+        (RelationOperator.blocked), and builds the gathered form of the others it transforms first."""
         if halo_blocking is not None:
             self.sequential_halos = True
             self._order = None
@@ -236,6 +227,19 @@ PRODUCT_CHUNK_BYTES = 64 * 2**20  # the largest [rows, out] product add_product_
 def product_chunk_rows(out_dim: int) -> int:
     """Rows of one chunk of add_product_'s products at out_dim columns (also the memory plan's)."""
     return max(1, PRODUCT_CHUNK_BYTES // (4 * out_dim))
+
+
+def add_aggregated_(out: torch.Tensor, aggregated: torch.Tensor, relations, computed: tuple, nodes,
+                    weights: torch.Tensor, scale: torch.Tensor | None = None) -> None:
+    """Add each relation's block of `aggregated` (the stacked form of `computed`, relation after relation)
+    times its weight into out's rows nodes(r). Split, not slices: its backward joins the blocks' gradients in
+    one tensor, where each slice's would fill a zero tensor of the whole. out comes from addmm, which keeps its
+    inputs for the backward, not its output: adding in place is safe."""
+    if not computed:
+        return
+    sizes = [relations.offsets[r + 1] - relations.offsets[r] for r in computed]
+    for r, block in zip(computed, torch.split(aggregated, sizes)):
+        add_product_(out, nodes(r), _scaled(block, scale, relations, r), weights[r])
 
 
 def add_product_(out: torch.Tensor, nodes: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor) -> None:

@@ -208,12 +208,14 @@ def _setup(shape: TypedShape, persistent: dict, entries: int, forms: int, builds
     return MemoryPlan(live.peak, "setup", live.at_peak)
 
 
-def _relation_temporaries(relations: tuple, order: dict, o: int) -> int:
+def _relation_temporaries(relations: tuple, order: dict, o: int, i: int = 0) -> int:
     """Elements of a layer's largest per-relation temporaries at o output columns: a relation transformed first
     makes its sources times the weight and their mean over its nodes; one aggregated first a chunk of its
-    block times the weight."""
-    return max(((relations[r][1] + relations[r][2]) * o if how == "transform"
-                else min(relations[r][1], product_chunk_rows(o)) * o for r, how in order.items()), default=0)
+    block times the weight (gnn_dist.models.rgcn.add_product_). With i (the backward: the input width) each
+    also makes its rows' gradients at i columns, an aggregated relation's joined into its whole block's."""
+    return max(((relations[r][1] + relations[r][2]) * (o + i) if how == "transform"
+                else min(relations[r][1], product_chunk_rows(o)) * o + relations[r][1] * i
+                for r, how in order.items()), default=0)
 
 
 def _blocked_form_bytes(shape: TypedShape, relations: tuple) -> int:
@@ -253,7 +255,7 @@ def _layer_input(live: Liveness, shape: TypedShape, k: int, width: int, dropped:
     """Layer k's [owned | halo] input as "layer input": layer 0's typed inputs (a copy when dropout is on: its
     input is then free), a later layer's exchange (its [owned | halo] rows and the rows it sends). With
     sequential halos a layer's input is its owned rows (layer 0's dropped into a copy, a later layer's in place)
-    and its halo arrives in blocks (_halo_blocks)."""
+    and its halo arrives in blocks ("halo blocks" in _layers)."""
     rows = shape.owned + (0 if sequential else shape.halo)
     if sequential and k > 0:
         return
@@ -352,8 +354,6 @@ def _layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[
         if sequential:
             live.free("halo blocks")
         live.alloc(f"layer {k} output", rows * o * FLOAT)
-        # a relation transformed first: its sources times the weight, their mean; one aggregated first: a chunk
-        # of its block times the weight (gnn_dist.models.rgcn.add_product_)
         live.alloc("relation temporaries", _relation_temporaries(relations, order, o) * FLOAT)
         live.free("relation temporaries")
         if training:
@@ -370,10 +370,7 @@ def _layers(live: Liveness, shape: TypedShape, config: PlanConfig, orders: list[
         # per relation: the output gradient's rows and their product with the weight (a relation aggregated
         # first: chunk by chunk, joined into its block's gradient); then the gradients of the aggregated rows,
         # and of [owned | halo] (the sparse product's and the root term's, summed)
-        live.alloc("relation gradients", max(
-            ((relations[r][1] + relations[r][2]) * (o + i) if how == "transform"
-             else min(relations[r][1], product_chunk_rows(o)) * o + relations[r][1] * i for r, how in order.items()),
-            default=0) * FLOAT)
+        live.alloc("relation gradients", _relation_temporaries(relations, order, o, i) * FLOAT)
         live.free("relation gradients")
         if sequential:
             # the aggregated rows' gradient, whole, then the blocks' gradients sent back and the owners' received,
