@@ -115,7 +115,8 @@ class RelationOperator:
     def has_halo_sources(self, r: int) -> bool:
         """Whether an entry of relation r starts at a halo column (answered before the entries are released)."""
         if r not in self._halo_sources:
-            self._halo_sources[r] = bool((self._cols[self._entries(r)] >= self.n_owned).any())
+            sources, _ = self._sources(r)  # sorted: the last is the largest column
+            self._halo_sources[r] = bool(len(sources)) and int(sources[-1]) >= self.n_owned
         return self._halo_sources[r]
 
     def release_entries(self) -> None:
@@ -147,8 +148,8 @@ class RelationOperator:
         if relations not in self._blocked:
             self._check_entries(f"blocked {relations}")
             rows, cols, values, n_rows = self._stacked_entries(relations)
-            placed = [torch.from_numpy(a).to(self.device) for a in (rows, cols.astype(np.int64),
-                                                                   values.astype(np.float32))]
+            placed = [torch.from_numpy(a).to(self.device) for a in (rows, cols.astype(np.int64, copy=False),
+                                                                   values.astype(np.float32, copy=False))]
             del rows, cols, values
             self._blocked[relations] = build_blocked_operator(*placed, self.n_owned, rank, send_counts_matrix,
                                                               recv_counts, block_rows, n_rows=n_rows)
