@@ -35,11 +35,10 @@ class DistSAGEConv(DistConv):
         return None if self.aggregate_first else self.lin_l.bias
 
     def update(self, aggregated: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
-        return (self.lin_l(aggregated) if self.aggregate_first else aggregated) + self.lin_r(root)
-
-    @classmethod
-    def update_memory(cls, in_dim, out_dim, **layer_options):
-        return 2 * out_dim, 0  # the root term lin_r(x) and the sum it joins
+        out = self.lin_l(aggregated) if self.aggregate_first else aggregated
+        # The root term is added by the product itself (a GEMM with beta = 1): no [rows, out] term and no sum
+        # pass. In place is safe: neither the Linear's backward nor the aggregation's keeps its output.
+        return out.addmm_(root, self.lin_r.weight.t())
 
     @staticmethod
     def normalise(rows: np.ndarray, cols: np.ndarray, deg: np.ndarray, start: int, n_rows: int):
