@@ -196,6 +196,10 @@ class TrainConfig:
     epochs: int = option(200, "training epochs")
     lr: float = option(0.01, "Adam's learning rate")
     weight_decay: float = option(5e-4, "Adam's weight decay")
+    embedding_weight_decay: float | None = option(
+        None, "full-batch training on a typed graph: Adam's weight decay of the featureless types' embedding tables "
+              "(default: --weight-decay, as torch.optim.Adam on nn.Embedding; 0 leaves the tables undecayed, as "
+              "sampled mode's SparseAdam rule always does)", parse=float)
     seed: int = option(0, "seed of the weights, dropout and sampling")
     threads: int = option(1, "torch threads per rank")
     device: str = option("cpu", "where each rank computes: cpu, or cuda (rank r takes GPU local rank mod visible "
@@ -301,6 +305,11 @@ class TrainConfig:
             raise ValueError(f"--lr must be a positive number, got {self.lr}")
         if self.weight_decay < 0:
             raise ValueError(f"--weight-decay must be 0 or more, got {self.weight_decay}")
+        if self.embedding_weight_decay is not None and self.embedding_weight_decay < 0:
+            raise ValueError(f"--embedding-weight-decay must be 0 or more, got {self.embedding_weight_decay}")
+        if self.embedding_weight_decay and self.mode == "sampled":
+            raise ValueError("--embedding-weight-decay is full-batch's: sampled mode steps the tables by SparseAdam's "
+                             "rule, which has no weight decay: drop it or give 0")
         at_least_one = {"--threads": self.threads, "--eval-every": self.eval_every,
                         "--eval-chunk-nodes": self.eval_chunk_nodes, "--checkpoint-every": self.checkpoint_every,
                         "--keep-checkpoints": self.keep_checkpoints}

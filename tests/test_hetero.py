@@ -346,14 +346,19 @@ def test_rgcn_with_sequential_halos_trains_one_curve_at_every_p_as_pyg(typed_par
     assert_pyg_adam_curve(typed_parts, curves[1, "0"])
 
 
-def assert_pyg_adam_curve(typed_parts, curve: list[float]) -> None:
-    """`curve` (R-GCN hidden 16, 2 layers, no dropout, Adam lr 0.01 and weight decay 5e-4) is PyG's from the
-    run's initial parameters (P=1's set-up, which every P shares)."""
+def assert_pyg_adam_curve(typed_parts, curve: list[float], table_decay: float | None = None) -> None:
+    """`curve` (R-GCN hidden 16, 2 layers, no dropout, Adam lr 0.01 and weight decay 5e-4; the embedding tables'
+    decay table_decay where given) is PyG's from the run's initial parameters (P=1's set-up, which every P
+    shares)."""
     results = one_typed_step(typed_parts[1], 1, 16, 2)
     params, _ = gather_params_and_grads(results, typed_arrays())
     arrays = typed_arrays()
     forward, theirs, offset = reference_rgcn(arrays, {n: v.double() for n, v in params.items()}, 16, 2, 4, 0)
-    optimizer = torch.optim.Adam(theirs.values(), lr=0.01, weight_decay=5e-4)
+    tables = [v for n, v in theirs.items() if n.startswith("inputs.shards.")]
+    assert len(tables) == 1  # the field type's nn.Embedding
+    others = [v for n, v in theirs.items() if not n.startswith("inputs.shards.")]
+    optimizer = torch.optim.Adam([{"params": others}, {"params": tables, "weight_decay": (
+        5e-4 if table_decay is None else table_decay)}], lr=0.01, weight_decay=5e-4)
     papers, mask = int(arrays["num_nodes__paper"]), torch.from_numpy(arrays["train_mask"])
     for epoch, ours in enumerate(curve):
         optimizer.zero_grad()
@@ -452,6 +457,21 @@ def typed_losses_of(path: Path) -> list[float]:
 
 
 @pytest.mark.mpi
+def test_embedding_weight_decay_decays_the_tables_alone_as_pyg_param_groups(typed_parts, tmp_path):
+    """--embedding-weight-decay 1.0 at P=2 (no dropout, 8 epochs) is PyG's Adam with the field table in its own group
+    at decay 1.0 and the rest at 5e-4; the curve leaves the default run's (every weight at 5e-4)."""
+    common = ["--model", "rgcn", "--hidden", "16", "--epochs", "8", "--dropout", "0", "--seed", "5", "--no-progress"]
+    curves = {}
+    for name, flags in (("tables", ["--embedding-weight-decay", "1.0"]), ("default", [])):
+        out = tmp_path / f"{name}.jsonl"
+        done = run_mpi(2, "train", "--parts", str(typed_parts[2]), *common, *flags, "--metrics-out", str(out))
+        assert done.returncode == 0, done.stderr
+        curves[name] = typed_losses_of(out)
+    assert_pyg_adam_curve(typed_parts, curves["tables"], table_decay=1.0)
+    assert max(abs(a - b) / abs(b) for a, b in zip(curves["tables"], curves["default"])) > 1e-4
+
+
+@pytest.mark.mpi
 def test_a_typed_run_stopped_at_p2_resumes_at_p4_and_p2_on_the_uninterrupted_curve(typed_parts, tmp_path):
     """A rank fails at epoch 6 of a P=2 run with checkpoints every 4 epochs (Adam, dropout on, 10 epochs). Each rank
     wrote only its own embedding rows and their Adam moments, keyed by (type, id); the resume on the same
@@ -477,12 +497,14 @@ def test_a_typed_run_stopped_at_p2_resumes_at_p4_and_p2_on_the_uninterrupted_cur
     replicated = torch.load(written / "replicated.pt", weights_only=True)
     assert not any(name.startswith("inputs.shards.") for name in replicated["model"])
     curve = typed_losses_of(whole)
-    for p in (2, 4):
-        resumed_dir = tmp_path / f"ckpt{p}"
+    # the last: the tables in their own optimiser group at the same decay (--embedding-weight-decay), so the
+    # checkpoint's one group of Adam state is renumbered into two, and the curve is unchanged
+    for k, (p, tables) in enumerate(((2, []), (4, []), (2, ["--embedding-weight-decay", "5e-4"]))):
+        resumed_dir = tmp_path / f"ckpt{k}"
         shutil.copytree(ckpt, resumed_dir)
-        resumed = tmp_path / f"resumed{p}.jsonl"
-        done = run_mpi(p, "train", "--parts", str(typed_parts[p]), *common, "--checkpoint-dir", str(resumed_dir),
-                       "--resume", "--metrics-out", str(resumed))
+        resumed = tmp_path / f"resumed{k}.jsonl"
+        done = run_mpi(p, "train", "--parts", str(typed_parts[p]), *common, *tables, "--checkpoint-dir",
+                       str(resumed_dir), "--resume", "--metrics-out", str(resumed))
         assert done.returncode == 0, done.stderr
         assert json.loads(resumed.read_text().splitlines()[-1])["resumed_from_epoch"] == 4
         for epoch, (a, b) in enumerate(zip(curve, typed_losses_of(resumed), strict=True)):
@@ -605,6 +627,7 @@ def test_train_refuses_a_typed_job_over_its_memory_limit_and_records_the_plan(ty
     (["--model", "rgcn", "--halo-memory", "sequential", "--schedule", "stale:2"], "--schedule exact"),
     (["--model", "rgcn", "--predictions-out", "preds.npz"], "no --predictions-out"),
     (["--model", "rgcn", "--task", "link"], "--task link"),
+    (["--model", "rgcn", "--mode", "sampled", "--embedding-weight-decay", "0.1"], "SparseAdam's rule"),
 ])
 def test_what_typed_training_lacks_is_refused_in_one_line(typed_parts, flags, message):
     done = run_mpi(2, "train", "--parts", str(typed_parts[2]), "--epochs", "1", "--no-progress", *flags)
@@ -615,6 +638,13 @@ def test_what_typed_training_lacks_is_refused_in_one_line(typed_parts, flags, me
 def test_rgcn_on_a_homogeneous_partition_is_refused(partitioned):
     done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:tiny", 2)), "--model", "rgcn", "--epochs", "1")
     assert done.returncode != 0 and "partition a typed graph" in done.stderr
+
+
+def test_embedding_weight_decay_without_tables_is_refused(partitioned):
+    done = run_mpi(2, "train", "--parts", str(partitioned("synthetic:tiny", 2)), "--embedding-weight-decay", "0",
+                   "--epochs", "1", "--no-progress")
+    assert done.returncode != 0 and "no embedding tables: drop the option" in done.stderr
+    assert len([line for line in done.stderr.splitlines() if "error" in line]) == 1, done.stderr
 
 
 def test_the_real_typed_graphs_load_and_match_their_readme():

@@ -59,6 +59,8 @@ def restore(model, optimizer, weights: dict, optimizer_state: dict,
     """Load the replicated state, then each shard's rows from the old ranks' files (old_shards: one loader per file
     that returns its "shards" entry, called one at a time). ValueError when a row or a weight is missing."""
     shards = _load_replicated(model, weights)
+    if len(optimizer_state["param_groups"]) != len(optimizer.param_groups):
+        optimizer_state = _regrouped(model, optimizer, optimizer_state)
     full = {"state": dict(optimizer_state["state"]), "param_groups": optimizer_state["param_groups"]}
     if shards:
         index = _indices(optimizer)
@@ -66,6 +68,19 @@ def restore(model, optimizer, weights: dict, optimizer_state: dict,
             if reshard.moments is not None:
                 full["state"][index[id(reshard.parameter)]] = reshard.optimizer_entry()
     optimizer.load_state_dict(full)
+
+
+def _regrouped(model, optimizer, optimizer_state: dict) -> dict:
+    """A checkpoint's optimiser state written with the tables in their own group (--embedding-weight-decay) or
+    without, renumbered for this run's groups, whose settings it takes. Written in one group, parameters are
+    numbered in model order; in two, the tables follow the others (gnn_dist.training.setup.parameter_groups)."""
+    tables = {id(p) for p, _ in sharded_rows(model).values()}
+    everything = list(model.parameters())
+    written = everything if len(optimizer_state["param_groups"]) == 1 else \
+        [p for p in everything if id(p) not in tables] + [p for p in everything if id(p) in tables]
+    now = _indices(optimizer)
+    return {"state": {now[id(written[i])]: s for i, s in optimizer_state["state"].items()},
+            "param_groups": optimizer.state_dict()["param_groups"]}
 
 
 def restore_model(model, weights: dict, old_shards: Iterable[Callable[[], dict]]) -> None:

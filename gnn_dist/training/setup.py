@@ -49,6 +49,7 @@ from gnn_dist.plan.typed_sampled import (
     plan_typed_sampled_setup,
 )
 from gnn_dist.resilience.checkpoint import graph_identity, load_checkpoint
+from gnn_dist.resilience.sharded import sharded_rows
 from gnn_dist.resilience.watchdog import NoWatchdog, Watchdog
 from gnn_dist.schedules import parse_schedule, schedule_for_model
 from gnn_dist.steps.flat import pack_into, unpack_from
@@ -165,7 +166,7 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     if sparse_features.wanted(config, meta.feature_density, type(first), first.in_dim, first.out_dim):
         first.input_features = sparse_features.SparseFeatures.of(x_full)
     broadcast_parameters(ctx, replicated_parameters(model))
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.Adam(parameter_groups(model, config), lr=config.lr, weight_decay=config.weight_decay)
     state = RankState(ctx, config, graph, exchanger, x_full, model, optimizer, meta.num_train, metrics,
                       meta.dataset, setup_halo_bytes, meta.partition_id, watchdog, task=task, peers=peers,
                       device=device, planned_host_bytes=planned[0], planned_device_bytes=planned[1])
@@ -184,6 +185,20 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
         watchdog.beat("set-up: loading the checkpoint")
         resume(state, metrics)
     return state
+
+
+def parameter_groups(model, config: TrainConfig) -> list[dict]:
+    """Adam's parameter groups: every parameter in one, or, with --embedding-weight-decay on a model with
+    embedding tables, the tables in a second group with their own decay (after the others, in model order)."""
+    tables = [parameter for parameter, _ in sharded_rows(model).values()]
+    if config.embedding_weight_decay is None:
+        return [{"params": list(model.parameters())}]
+    if not tables:
+        raise SetupError("--embedding-weight-decay: this graph has no featureless types, so no embedding tables: "
+                         "drop the option")
+    table_ids = {id(t) for t in tables}
+    return [{"params": [p for p in model.parameters() if id(p) not in table_ids]},
+            {"params": tables, "weight_decay": config.embedding_weight_decay}]
 
 
 def broadcast_parameters(ctx: RankContext, params: list[torch.Tensor]) -> None:
