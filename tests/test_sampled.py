@@ -334,3 +334,73 @@ def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model):
         assert set(ref_grads) == set(grads)
         for name, grad in grads.items():
             assert (grad - ref_grads[name]).abs().max() <= 1e-4, name
+
+
+def test_a_batch_shape_counts_the_levels_and_every_hops_draws(partitioned):
+    """BatchShape.of on a real sample (P=1): its levels are the distinct nodes reached within each hop, its edges per
+    layer the draws of that hop, each frontier node drawing min(its in-degree, the fanout) (the dataset's own
+    degrees), the outermost hop first."""
+    from gnn_dist.plan.sampled import BatchShape
+
+    graph = load_dataset("synthetic:small")
+    degree = np.bincount(graph.edge_index[1], minlength=graph.num_nodes)
+    fanouts = [6, 4, 3]
+    directory = partitioned("synthetic:small", 1)
+    node_map = load_node_map(directory)  # new (global) id -> original id
+
+    def rank_fn(comm):
+        sampler = DistributedSampler(comm, load_part(directory, 0), fanouts, seed=0)
+        return sampler.sample(np.arange(50, dtype=np.int64), 0, 0)
+
+    [(nodes, blocks)] = run_fake_ranks(1, rank_fn)
+    shape = BatchShape.of(blocks)
+    levels, draws = [50], []
+    for fanout, block in zip(fanouts, blocks):
+        frontier = node_map[nodes[:block.n_dst]]
+        draws.append(int(np.minimum(degree[frontier], fanout).sum()))
+        # the next level: the frontier, then each source not in it yet, once
+        assert block.n_src == len(set(range(block.n_dst)) | set(block.src.tolist()))
+        levels.append(block.n_src)
+    assert shape.levels == tuple(levels) and levels[-1] == len(nodes)
+    assert shape.edges == tuple(reversed(draws))
+
+
+def test_the_largest_evaluation_chunk_is_counted_from_the_csr():
+    from gnn_dist.plan.sampled import largest_chunk_entries
+
+    indptr = np.array([0, 2, 5, 5, 9, 10])  # rows of 2, 3, 0, 4 and 1 entries
+    assert largest_chunk_entries(indptr, 5, 2) == 5   # chunks [0, 2): 5, [2, 4): 4, [4, 5): 1
+    assert largest_chunk_entries(indptr, 5, 3) == 5   # [0, 3): 5, [3, 5): 5
+    assert largest_chunk_entries(indptr, 5, 1) == 4
+    assert largest_chunk_entries(indptr, 5, 100) == 10
+
+
+@pytest.mark.mpi
+def test_sampled_training_refuses_a_job_over_its_memory_limit_and_records_the_plan(partitioned, tmp_path):
+    """A sampled job is refused in one line, with no metrics written: over set-up's own plan (no batch needed)
+    before it fetches the halo's features; between set-up's plan and the whole plan (sized by a sampled batch)
+    before its first epoch. Under a limit it fits, every rank's planned peak is in the final record, above
+    set-up's plan."""
+    from gnn_dist.partition.format import load_meta, part_shapes
+    from gnn_dist.plan.memory import plan_config_of
+    from gnn_dist.plan.sampled import plan_sampled_setup
+    from tests.test_hetero import refused_then_fitting
+
+    parts = partitioned("synthetic:small", 2)
+    metrics = tmp_path / "m.jsonl"
+    common = ["train", "--parts", str(parts), "--model", "sage", "--hidden", "16", "--mode", "sampled",
+              "--fanouts", "4,4", "--batch-size", "32", "--no-progress"]
+    planned = refused_then_fitting([*common, "--metrics-out", str(metrics)], metrics,
+                                   phase="setup")["planned_peak_rss_bytes_per_rank"]
+    meta = load_meta(parts)
+    config = plan_config_of(TrainConfig(parts=str(parts), mode="sampled", model=ModelConfig(model="sage", hidden=16)))
+    setup_peaks = [plan_sampled_setup(shape, config, meta.num_features, meta.num_classes).peak
+                   for shape in part_shapes(parts)]
+    assert planned is not None and len(planned) == 2 and max(setup_peaks) < min(planned)
+    between = tmp_path / "between.jsonl"
+    done = run_mpi(2, *common, "--metrics-out", str(between), "--epochs", "1", "--memory-limit",
+                   str((max(setup_peaks) + min(planned)) // 2))
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert done.returncode != 0 and len(errors) == 1 and "over --memory-limit" in errors[0], done.stderr
+    assert "at its peak (in setup: " not in errors[0], errors[0]
+    assert not between.exists()

@@ -41,6 +41,7 @@ from gnn_dist.partition.format import load_meta, load_part, part_shape
 from gnn_dist.partition_report import edge_imbalance_warning
 from gnn_dist.plan.host import plan_host
 from gnn_dist.plan.memory import MemoryPlan, plan_config_of, plan_part
+from gnn_dist.plan.sampled import BatchShape, largest_chunk_entries, plan_sampled, plan_sampled_setup
 from gnn_dist.plan.typed import TypedShape, plan_typed, typed_shape
 from gnn_dist.plan.typed_sampled import (
     EvaluationChunks,
@@ -117,7 +118,7 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
     # sampled training on a typed graph: set-up's plan now (no batch yet), the whole plan once its sampler exists
     planned = refuse_if_memory_short(ctx, config, part, task, device, shared_halo=shared is not None,
                                      typed_counts=typed_counts) \
-        if config.mode == "full" or meta.hetero is not None else (None, None)
+        if config.mode == "full" or device.type == "cpu" or meta.hetero is not None else (None, None)
     # Simulated ranks (threads of one process) have no job to abort: no watchdog there.
     watchdog = Watchdog(config.timeout, ctx.rank, ctx.comm.abort, explain=peers.unreachable if peers else None) \
         if config.timeout != 0 and ctx.comm.aborts_job else NoWatchdog()
@@ -241,6 +242,8 @@ def refuse_if_memory_short(ctx: RankContext, config: TrainConfig, part, task, de
         typed_counts = typed_shape(part.arrays, part.meta)
     if part.meta.hetero is not None and config.mode == "sampled":  # set-up's share of gnn_dist.plan.typed_sampled
         shape, host = None, plan_typed_sampled_setup(typed_counts, plan_config, width)
+    elif config.mode == "sampled":  # set-up's share of gnn_dist.plan.sampled (a CPU rank's)
+        shape, host = None, plan_sampled_setup(part_shape(part), plan_config, part.meta.num_features, width)
     elif part.meta.hetero is not None:  # a typed graph's plan (gnn_dist.plan.typed): the host's, no device plan
         shape, host = None, plan_typed(typed_counts, plan_config, width)
     else:
@@ -269,11 +272,21 @@ def host_refusal(ctx: RankContext, config: TrainConfig, host: MemoryPlan) -> str
 
 def refuse_if_sampled_memory_short(ctx: RankContext, config: TrainConfig, part, mode, task,
                                    typed_counts: TypedShape | None) -> int | None:
-    """A typed graph's sampled mode plans its peak from a real batch (gnn_dist.plan.typed_sampled: epoch 0's
-    first), so only once its sampler is built, before the first epoch: refuse on every rank if any host's ranks
-    would not fit. Returns this rank's predicted peak (None without a plan: homogeneous sampled training)."""
+    """Sampled mode plans its peak from a real batch (gnn_dist.plan.sampled, gnn_dist.plan.typed_sampled: epoch
+    0's first), so only once its sampler is built, before the first epoch: refuse on every rank if any host's
+    ranks would not fit. Returns this rank's predicted peak (None without a plan: a homogeneous graph's sampled
+    training on a GPU, whose batches live on the device)."""
     if part.meta.hetero is None:
-        return None
+        if config.device != "cpu":
+            return None
+        host = plan_sampled(part_shape(part), BatchShape.of(mode.first_batch()), plan_config_of(config),
+                            part.meta.num_features, task.output_width(),
+                            largest_chunk_entries(part.indptr, part.n_owned, config.eval_chunk_nodes),
+                            cache_bytes=int(config.sampled.feature_cache_mb * 2**20) if mode.caching else 0)
+        reason = host_refusal(ctx, config, host)
+        if reason is not None:
+            raise SetupError(reason)
+        return host.peak
     names, blocks = mode.first_batch()
     batch = SampledBatchShape.of(names, blocks, mode.sampler.num_types)
     chunks = EvaluationChunks.of(part.arrays, part.meta, config.eval_chunk_nodes)
