@@ -288,6 +288,11 @@ def _backward(live: Liveness, config: PlanConfig, widths, z: _Sizes, loss: bool 
             if k == 0:
                 break  # the first layer aggregates constant inputs: only its weight gradient remains
             live.alloc("aggregation gradient", n * w * FLOAT)  # through the output transform
+        if conv.needs_root and k > 0:
+            # the root term's gradient (SAGE's lin_r), made beside the aggregation's from the output gradient and
+            # kept until both are summed into the input's
+            live.alloc("root gradient", n * i * FLOAT)
+        if aggregate_first:
             live.free(f"saved aggregation {k}", "output gradient", f"saved update {k}")
         else:
             live.rename("output gradient", "aggregation gradient")
@@ -302,7 +307,7 @@ def _backward(live: Liveness, config: PlanConfig, widths, z: _Sizes, loss: bool 
             live.alloc("input gradient", n * (i - w) * FLOAT)  # through the input transform: width i
         live.free(f"saved input {k}")
         live.alloc("output gradient", n * i * FLOAT)  # through ReLU and dropout, into the layer below
-        live.free("input gradient", f"saved mask {k}")
+        live.free("input gradient", "root gradient", f"saved mask {k}")
         if z.torch_kernels and config.model.dropout > 0:
             live.alloc("relu gradient", n * i * FLOAT)  # torch's ReLU backward: a second tensor
             live.free("output gradient", f"saved relu {k}")
