@@ -720,8 +720,8 @@ MUTANTS = [
            ("tests/test_sampled.py::test_sampled_training_refuses_a_job_over_its_memory_limit_and_records_the_plan",)),
     Mutant("sampled plan: the whole plan of a homogeneous sampled job is made but nothing is refused",
            "gnn_dist/training/setup.py",
-           "        reason = host_refusal(ctx, config, host)\n        if reason is not None:\n            raise SetupError(reason)\n"
-           "        return host.peak\n    names, blocks",
+           "        reason = host_refusal(ctx, config, host)\n        if reason is not None:\n"
+           "            raise SetupError(reason)\n        return host.peak\n    names, blocks",
            "        return host.peak\n    names, blocks",
            ("tests/test_sampled.py::test_sampled_training_refuses_a_job_over_its_memory_limit_and_records_the_plan",)),
     Mutant("sampled plan: a batch's edges listed hop 1 first, not from the outermost layer",

@@ -597,6 +597,20 @@ def refused_then_fitting(common: list, metrics, phase: str | None = None) -> dic
     return json.loads(metrics.read_text().splitlines()[-1])
 
 
+def refused_between_the_plans(common: list, tmp_path, setup_peaks: list, planned: list) -> None:
+    """A sampled job's plans: set-up's (no batch) below the whole plan (sized by a batch) on every rank; under a
+    --memory-limit between the two the job passes set-up's check, then is refused in one line before epoch 1,
+    with no metrics written."""
+    assert planned is not None and len(planned) == 2 and max(setup_peaks) < min(planned)
+    between = tmp_path / "between.jsonl"
+    done = run_mpi(2, *common, "--metrics-out", str(between), "--epochs", "1", "--memory-limit",
+                   str((max(setup_peaks) + min(planned)) // 2))
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert done.returncode != 0 and len(errors) == 1 and "over --memory-limit" in errors[0], done.stderr
+    assert "at its peak (in setup: " not in errors[0], errors[0]
+    assert not between.exists()
+
+
 @pytest.mark.mpi
 def test_train_refuses_a_typed_job_over_its_memory_limit_and_records_the_plan(typed_parts, tmp_path):
     from gnn_dist.partition.format import load_meta, part_file_name

@@ -22,6 +22,7 @@ from tests.test_hetero import (
     gather_params_and_grads,
     pyg_typed_data,
     reference_rgcn,
+    refused_between_the_plans,
     refused_then_fitting,
     typed_arrays,
     typed_npz,
@@ -432,14 +433,7 @@ def test_sampled_typed_training_refuses_a_job_over_its_memory_limit_and_records_
         with np.load(typed_parts[2] / part_file_name(k)) as archive:
             shape = typed_shape({name: archive[name] for name in archive.files}, meta)
         setup_peaks.append(plan_typed_sampled_setup(shape, config, meta.num_classes).peak)
-    assert planned is not None and len(planned) == 2 and max(setup_peaks) < min(planned)
-    between = tmp_path / "between.jsonl"
-    done = run_mpi(2, *common, "--metrics-out", str(between), "--epochs", "1", "--memory-limit",
-                   str((max(setup_peaks) + min(planned)) // 2))
-    errors = [line for line in done.stderr.splitlines() if "error" in line]
-    assert done.returncode != 0 and len(errors) == 1 and "over --memory-limit" in errors[0], done.stderr
-    assert "at its peak (in setup: " not in errors[0], errors[0]
-    assert not between.exists()
+    refused_between_the_plans(common, tmp_path, setup_peaks, planned)
 
 
 def test_the_sampled_plans_evaluation_takes_each_layers_costliest_chunk_of_its_own_rows():

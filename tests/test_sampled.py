@@ -384,7 +384,7 @@ def test_sampled_training_refuses_a_job_over_its_memory_limit_and_records_the_pl
     from gnn_dist.partition.format import load_meta, part_shapes
     from gnn_dist.plan.memory import plan_config_of
     from gnn_dist.plan.sampled import plan_sampled_setup
-    from tests.test_hetero import refused_then_fitting
+    from tests.test_hetero import refused_between_the_plans, refused_then_fitting
 
     parts = partitioned("synthetic:small", 2)
     metrics = tmp_path / "m.jsonl"
@@ -396,11 +396,4 @@ def test_sampled_training_refuses_a_job_over_its_memory_limit_and_records_the_pl
     config = plan_config_of(TrainConfig(parts=str(parts), mode="sampled", model=ModelConfig(model="sage", hidden=16)))
     setup_peaks = [plan_sampled_setup(shape, config, meta.num_features, meta.num_classes).peak
                    for shape in part_shapes(parts)]
-    assert planned is not None and len(planned) == 2 and max(setup_peaks) < min(planned)
-    between = tmp_path / "between.jsonl"
-    done = run_mpi(2, *common, "--metrics-out", str(between), "--epochs", "1", "--memory-limit",
-                   str((max(setup_peaks) + min(planned)) // 2))
-    errors = [line for line in done.stderr.splitlines() if "error" in line]
-    assert done.returncode != 0 and len(errors) == 1 and "over --memory-limit" in errors[0], done.stderr
-    assert "at its peak (in setup: " not in errors[0], errors[0]
-    assert not between.exists()
+    refused_between_the_plans(common, tmp_path, setup_peaks, planned)
