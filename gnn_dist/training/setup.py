@@ -115,7 +115,8 @@ def setup(ctx: RankContext, config: TrainConfig, peers: PeerMonitor | None = Non
         shared = agree_on_setup(ctx, lambda: SharedHalo.open(comm, np.diff(part.send_ptr)))
     # a typed part's counts, which both of a typed sampled run's plans read (counted once: a pass over its entries)
     typed_counts = typed_shape(part.arrays, part.meta) if meta.hetero is not None else None
-    # sampled training on a typed graph: set-up's plan now (no batch yet), the whole plan once its sampler exists
+    # sampled training (typed graphs, and homogeneous ones on a CPU): set-up's plan now (no batch yet), the whole
+    # plan once its sampler exists
     planned = refuse_if_memory_short(ctx, config, part, task, device, shared_halo=shared is not None,
                                      typed_counts=typed_counts) \
         if config.mode == "full" or device.type == "cpu" or meta.hetero is not None else (None, None)
