@@ -60,15 +60,6 @@ class TypedMiniBatchMode(MiniBatchMode):
         self.inputs = TypedBatchInputs(self.sampler, state.model.inputs)
         self.shards = dict(state.model.inputs.shards.items())
 
-    def first_batch(self) -> tuple[np.ndarray, list]:
-        """Epoch 0's first batch as the sampler draws it (names, blocks), for the memory plan before training
-        (collective: every rank samples it); training samples it again, the same, and counts it then."""
-        batches = self.batches(0)
-        seeds = self.batch_seeds(0, batches[0])[0] if batches else np.zeros(0, dtype=np.int64)
-        names, blocks = self.sampler.sample(seeds, 0, 0)
-        self.sampler.counters.reset()
-        return names, blocks
-
     def count_requests(self, on: bool | None = None) -> bool:
         stores = self.inputs.stores.values()
         if on is not None:

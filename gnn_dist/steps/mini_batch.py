@@ -87,14 +87,15 @@ class MiniBatchMode:
                                           local_only=config.sampling == "local")
         self.store = FeatureStore(self.state.exchanger.comm, self.sampler, self.state.x_full)
 
-    def first_batch(self) -> list:
-        """Epoch 0's first batch's blocks as the sampler draws them, for the memory plan before training
-        (collective: every rank samples it); training samples it again, the same, and counts it then."""
+    def first_batch(self) -> tuple[np.ndarray, list]:
+        """Epoch 0's first batch as the sampler draws it (its levels' nodes, the blocks), for the memory plan
+        before training (collective: every rank samples it); training samples it again, the same, and counts it
+        then."""
         batches = self.batches(0)
         seeds = self.batch_seeds(0, batches[0])[0] if batches else np.zeros(0, dtype=np.int64)
-        _, blocks = self.sampler.sample(seeds, 0, 0)
+        nodes, blocks = self.sampler.sample(seeds, 0, 0)
         self.sampler.counters.reset()
-        return blocks
+        return nodes, blocks
 
     def count_requests(self, on: bool | None = None) -> bool:
         """Whether the store records remote requests (for the cache's refill); `on` sets it."""

@@ -277,23 +277,19 @@ def refuse_if_sampled_memory_short(ctx: RankContext, config: TrainConfig, part, 
     0's first), so only once its sampler is built, before the first epoch: refuse on every rank if any host's
     ranks would not fit. Returns this rank's predicted peak (None without a plan: a homogeneous graph's sampled
     training on a GPU, whose batches live on the device)."""
+    cache_bytes = int(config.sampled.feature_cache_mb * 2**20) if mode.caching else 0
     if part.meta.hetero is None:
         if config.device != "cpu":
             return None
-        host = plan_sampled(part_shape(part), BatchShape.of(mode.first_batch()), plan_config_of(config),
-                            part.meta.num_features, task.output_width(),
-                            largest_chunk_entries(part.indptr, part.n_owned, config.eval_chunk_nodes),
-                            cache_bytes=int(config.sampled.feature_cache_mb * 2**20) if mode.caching else 0)
-        reason = host_refusal(ctx, config, host)
-        if reason is not None:
-            raise SetupError(reason)
-        return host.peak
-    names, blocks = mode.first_batch()
-    batch = SampledBatchShape.of(names, blocks, mode.sampler.num_types)
-    chunks = EvaluationChunks.of(part.arrays, part.meta, config.eval_chunk_nodes)
-    host = plan_typed_sampled(typed_counts, batch, chunks, plan_config_of(config),
-                              task.output_width(),
-                              cache_bytes=int(config.sampled.feature_cache_mb * 2**20) if mode.caching else 0)
+        _, blocks = mode.first_batch()
+        host = plan_sampled(part_shape(part), BatchShape.of(blocks), plan_config_of(config), part.meta.num_features,
+                            task.output_width(),
+                            largest_chunk_entries(part.indptr, part.n_owned, config.eval_chunk_nodes), cache_bytes)
+    else:
+        names, blocks = mode.first_batch()
+        host = plan_typed_sampled(typed_counts, SampledBatchShape.of(names, blocks, mode.sampler.num_types),
+                                  EvaluationChunks.of(part.arrays, part.meta, config.eval_chunk_nodes),
+                                  plan_config_of(config), task.output_width(), cache_bytes)
     reason = host_refusal(ctx, config, host)
     if reason is not None:
         raise SetupError(reason)
