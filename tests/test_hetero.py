@@ -276,6 +276,28 @@ def test_rgcn_products_in_chunks_of_rows_equal_pyg(typed_parts, monkeypatch, hal
     assert_step_is_pyg_s(results, 2, 16, 2, 0)
 
 
+@pytest.mark.parametrize("columns", [1, 3, 15, 16, 40])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_a_product_by_a_weight_in_pyg_layout_is_the_matmul_at_every_width(columns, with_bias):
+    """times(): a narrow weight is laid out [out, in] first (the fast BLAS product); values and every gradient
+    are torch's own x @ weight + bias, at widths on both sides of the switch."""
+    from gnn_dist.models.relational import times
+
+    generator = torch.Generator().manual_seed(columns)
+    x = torch.randn(37, 8, dtype=torch.float64, generator=generator, requires_grad=True)
+    weight = torch.randn(8, columns, dtype=torch.float64, generator=generator, requires_grad=True)
+    bias = torch.randn(columns, dtype=torch.float64, generator=generator, requires_grad=True) if with_bias else None
+    upstream = torch.randn(37, columns, dtype=torch.float64, generator=generator)
+    ours = times(x, weight, bias)
+    ours_grads = torch.autograd.grad(ours, [x, weight] + ([bias] if with_bias else []), upstream)
+    theirs = x @ weight + (bias if with_bias else 0)
+    theirs_grads = torch.autograd.grad(theirs, [x, weight] + ([bias] if with_bias else []), upstream)
+    assert ours.shape == (37, columns)
+    assert torch.allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+    for mine, reference in zip(ours_grads, theirs_grads, strict=True):
+        assert mine.shape == reference.shape and torch.allclose(mine, reference, rtol=1e-12, atol=1e-12)
+
+
 def assert_step_is_pyg_s(results, num_parts: int, hidden: int, num_layers: int, num_bases: int) -> None:
     """One typed step's logits, loss and gradients at P ranks (one_typed_step's) are the independent PyG model's."""
     arrays = typed_arrays()

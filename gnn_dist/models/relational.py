@@ -74,3 +74,21 @@ class _AddRows(torch.autograd.Function):
 def add_rows_(out: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """out[index[i]] += rows[i] in place, differentiable in both (Shapes: out [n, F], index [m], rows [m, F])."""
     return _AddRows.apply(out, index, rows)
+
+
+NARROW_COLUMNS = 16  # below this many output columns a product takes the weight in [out, in] layout (times)
+
+
+def times(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight (+ bias) for a weight in [in, out] layout (PyG's RGCNConv keeps its weights so).
+
+    On the CPU a row-major product fewer than 16 columns wide (a last layer's classes) runs 2-5x slower,
+    forward and backward, than the same product with the weight in [out, in] layout (nn.Linear's, which the
+    BLAS computes as x . W^T); at 16 columns and more the two are alike (benchmarks/results/hetero-dgl-speed.md).
+    So a narrow weight is laid out so first: a copy of [in, out] values, where the product is [rows, out].
+
+    Shapes: x [n, in], weight [in, out], bias [out] -> [n, out]
+    """
+    if weight.shape[1] < NARROW_COLUMNS and x.device.type == "cpu":
+        weight = weight.t().contiguous().t()
+    return x @ weight if bias is None else torch.addmm(bias, x, weight)

@@ -29,7 +29,7 @@ from torch import nn
 from gnn_dist.halo.blocks import aggregate_exchanged
 from gnn_dist.kernels.spmm import spmm
 from gnn_dist.models.registry import register_model
-from gnn_dist.models.relational import RelationConv, add_rows_
+from gnn_dist.models.relational import RelationConv, add_rows_, times
 
 
 def glorot_3d_(tensor: torch.Tensor, generator: torch.Generator | None = None) -> None:
@@ -103,7 +103,7 @@ class DistRGCNConv(RelationConv):
             own = full  # a rank without halo rows (P=1): a slice's backward would copy the whole input
         else:
             own = full[:relations.n_owned]
-        out = torch.addmm(self.bias, own, self.root)
+        out = times(own, self.root, self.bias)
         first = self._plan()
         scale = self._relation_scale() if x_full is None else None
         if first["aggregate"]:  # one product aggregates these relations; each block then meets its weight
@@ -122,7 +122,7 @@ class DistRGCNConv(RelationConv):
         gathered = [relations.gathered(r) for r in transformed]
         sources = x.index_select(0, torch.cat([s for _, s in gathered]))  # one gather, one scatter back
         for r, (operator, _), rows in zip(transformed, gathered, torch.split(sources, [len(s) for _, s in gathered])):
-            add_rows_(out, self._nodes(r), _scaled(spmm(operator, rows @ weights[r]), scale, relations, r))
+            add_rows_(out, self._nodes(r), _scaled(spmm(operator, times(rows, weights[r])), scale, relations, r))
 
     def _forward_sequential(self, x: torch.Tensor) -> torch.Tensor:
         """--halo-memory sequential: x is the owned rows [n_owned, in] (every layer's, the first included: its
@@ -134,7 +134,7 @@ class DistRGCNConv(RelationConv):
         relations = self.operator
         weights = self.relation_weights()
         own = x if self.output_rows is None else x.index_select(0, self.output_rows)
-        out = torch.addmm(self.bias, own, self.root)
+        out = times(own, self.root, self.bias)
         del own
         first = self._plan()
         # every rank moves its blocks, even one whose part this layer reaches nowhere
@@ -150,7 +150,7 @@ class DistRGCNConv(RelationConv):
         of x_src, as in a sampled block). Returns [targets, out]: each relation's mean over the block's neighbours,
         aggregated first (a block's sources are few), plus root and bias."""
         weights = self.relation_weights()
-        out = torch.addmm(self.bias, x_src[:relations.n_owned] if x_dst is None else x_dst, self.root)
+        out = times(x_src[:relations.n_owned] if x_dst is None else x_dst, self.root, self.bias)
         computed = tuple(r for r in range(relations.num_relations) if relations.offsets[r + 1] > relations.offsets[r])
         if computed:
             add_aggregated_(out, spmm(relations.stacked(computed), x_src), relations, computed, relations.reached,
@@ -249,10 +249,10 @@ def add_product_(out: torch.Tensor, nodes: torch.Tensor, rows: torch.Tensor, wei
     tensor of the whole per chunk)."""
     step = product_chunk_rows(weight.shape[1])
     if rows.shape[0] <= step:
-        add_rows_(out, nodes, rows @ weight)
+        add_rows_(out, nodes, times(rows, weight))
         return
     for chunk_nodes, chunk in zip(torch.split(nodes, step), torch.split(rows, step)):
-        add_rows_(out, chunk_nodes, chunk @ weight)
+        add_rows_(out, chunk_nodes, times(chunk, weight))
 
 
 def relation_order(reached: int, sources: int, entries: int, in_dim: int, out_dim: int) -> str:
