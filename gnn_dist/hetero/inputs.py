@@ -77,17 +77,16 @@ class TypedInputs(nn.Module):
                 self.shard_ids[name] = ids - typed.offsets[k]  # the rows' type-local ids (checkpoints key on them)
         featureless = ~np.isin(np.arange(len(typed.node_types)), [typed.type_index(t) for t in self.linears])
         self.halo_featureless = torch.from_numpy(np.flatnonzero(featureless[typed.halo_type])).to(device)
-        # where each owned (halo) row sits among the pieces forward() joins: the types' rows in type order (the
-        # featured types' halo rows, then the featureless ones as the embedding exchange lists them)
-        self.owned_order = _inverse(np.concatenate([typed_rows.cpu().numpy() for typed_rows in self.owned_rows.values()]),
-                                    device)
-        self.halo_order = _inverse(np.concatenate([self.halo_rows[name].cpu().numpy() for name in self.linears]
-                                                  + [self.halo_featureless.cpu().numpy()]), device)
+        # the rows forward()'s pieces fill: the owned rows of each type in type order; the featured types' halo
+        # rows, then the featureless ones as the embedding exchange lists them
+        self.owned_positions = list(self.owned_rows.values())
+        self.halo_positions = [self.halo_rows[name] for name in self.linears]
         # the embedding rows' exchange: the featureless types' halo rows and send rows only
         self.embeddings = None
         if featureless.any() and with_halo:
             plan = exchanger.plan.restricted(featureless[typed.halo_type], featureless[send_type])
             self.embeddings = HaloExchanger(exchanger.comm, plan, counters=exchanger.counters, beat=exchanger.beat)
+            self.halo_positions.append(self.halo_featureless)
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """The Linears' initial weights (torch's default rule, from the stack's generator). The embedding shards
@@ -106,28 +105,38 @@ class TypedInputs(nn.Module):
         return {name: (shard, self.shard_ids[name]) for name, shard in self.shards.items()}
 
     def forward(self) -> torch.Tensor:
-        """Each type's rows made in one piece, the pieces joined and put in the part's row order by one gather
-        per side (the owned rows, the halo's), where a copy into the rows per type would copy the whole
-        [rows, hidden] once per type, forward and backward."""
-        owned = self._in_order([self.linears[name](self.owned_x[name]) if name in self.linears else self.shards[name]
-                                for name in self.typed.node_types], self.owned_order)
+        """Each type's rows made in one piece, and each piece written straight to its rows of the output
+        (_PlacedRows): no joined copy of the pieces, and a backward that reads each piece's gradient rows where
+        a gather's would add into a zero tensor of the whole."""
+        owned = _PlacedRows.apply(self.owned_positions, self.n_owned,
+                                  *[self.linears[name](self.owned_x[name]) if name in self.linears
+                                    else self.shards[name] for name in self.typed.node_types])
         if not self.with_halo:
             return owned
         halo_pieces = [self.linears[name](self.halo_x[name]) for name in self.linears]
         if self.embeddings is not None:
             # every rank takes part, even one without featureless rows to send or receive: it is a collective
             halo_pieces.append(self.embeddings.gather_inputs(owned, EMBEDDINGS_SLOT)[self.n_owned:])
-        halo = self._in_order(halo_pieces, self.halo_order) if halo_pieces else owned.new_zeros(0, self.hidden)
-        return torch.cat([owned, halo])
+        if self.n_halo == 0:
+            return owned  # one rank: no halo rows to join
+        return torch.cat([owned, _PlacedRows.apply(self.halo_positions, self.n_halo, *halo_pieces)])
+
+
+class _PlacedRows(torch.autograd.Function):
+    """rows[positions[k]] = pieces[k], for pieces that together fill every row once ([n, F] from pieces
+    [m_k, F]); the backward hands each piece its rows of the gradient."""
 
     @staticmethod
-    def _in_order(pieces: list[torch.Tensor], order: torch.Tensor) -> torch.Tensor:
-        joined = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-        return joined.index_select(0, order)
+    def forward(ctx, positions: list, n_rows: int, *pieces: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.positions = positions
+        width = pieces[0].shape[1] if pieces else 0
+        template = pieces[0] if pieces else torch.empty(0)
+        out = template.new_empty(n_rows, width)
+        for where, piece in zip(positions, pieces, strict=True):
+            out.index_copy_(0, where, piece)
+        return out
 
-
-def _inverse(rows: np.ndarray, device) -> torch.Tensor:
-    """order[i] = the position of row i in `rows` (a permutation of 0..len - 1)."""
-    order = np.empty(len(rows), dtype=np.int64)
-    order[rows] = np.arange(len(rows))
-    return torch.from_numpy(order).to(device)
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        return (None, None, *(grad.index_select(0, where) if needed else None
+                              for where, needed in zip(ctx.positions, ctx.needs_input_grad[2:], strict=True)))

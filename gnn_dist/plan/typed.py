@@ -231,21 +231,23 @@ def _blocked_form_bytes(shape: TypedShape, relations: tuple) -> int:
 
 
 def _inputs(live: Liveness, shape: TypedShape, H: int, featureless_halo: int, sequential: bool = False) -> None:
-    """gnn_dist.hetero.inputs.TypedInputs.forward: each type's rows, joined and ordered per side, then [owned | halo]
-    (sequential halos: the owned rows alone)."""
+    """gnn_dist.hetero.inputs.TypedInputs.forward: each type's rows, placed in the part's order per side, then
+    [owned | halo] (sequential halos, or no halo rows: the owned rows alone)."""
     n, h = shape.owned, shape.halo
     live.alloc("inputs: pieces", n * H * FLOAT)        # each type's owned rows (the Linears' outputs, the shards)
-    live.alloc("inputs: joined", n * H * FLOAT)
+    live.alloc("inputs: owned", n * H * FLOAT)         # the pieces placed in the part's order
     live.free("inputs: pieces")
-    live.alloc("inputs: owned", n * H * FLOAT)         # in the part's order
-    live.free("inputs: joined")
     if sequential:
         live.rename("inputs: owned", "layer input")
         return
     # the embedding rows' exact exchange returns [owned | featureless halo] (sliced) and sends its rows
     live.alloc("inputs: embedding exchange", (n + featureless_halo + shape.sent_featureless) * H * FLOAT)
-    live.alloc("inputs: halo", 2 * h * H * FLOAT)      # the halo's pieces joined, then in order
+    live.alloc("inputs: halo", 2 * h * H * FLOAT)      # the halo's pieces, then placed in order
     live.free("inputs: embedding exchange")
+    if h == 0:
+        live.free("inputs: halo")
+        live.rename("inputs: owned", "layer input")
+        return
     live.alloc("layer input", (n + h) * H * FLOAT)     # [owned | halo]
     live.free("inputs: owned", "inputs: halo")
 
