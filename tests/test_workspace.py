@@ -149,3 +149,23 @@ def test_blocks_of_a_huge_page_or_more_are_advised_to_use_huge_pages_unless_turn
         assert "hg" in report["flags"]["large"] and report["huge_advised"] >= 1, report
     else:
         assert "hg" not in report["flags"]["large"] and report["huge_advised"] == 0, report
+
+
+def test_the_heap_is_trimmed_when_the_phase_changes_and_never_between_epochs_of_one_phase(monkeypatch):
+    """enter_phase hands the heap's free pages back on a change of phase only: an epoch of the same phase
+    allocates again what the last one freed, so a trim there only makes it fault the pages in anew."""
+    from types import SimpleNamespace
+
+    from gnn_dist.memory.rss import PhasePeaks
+    from gnn_dist.training import loop
+
+    trims = []
+    monkeypatch.setattr(loop, "release_free_heap", lambda: trims.append(1))
+    memory = PhasePeaks("setup", interval_s=0.05)
+    try:
+        state = SimpleNamespace(memory=memory)
+        for phase, total in [("train", 1), ("train", 1), ("train", 1), ("eval", 2), ("train", 3), ("train", 3)]:
+            loop.enter_phase(state, phase)
+            assert (memory.phase, len(trims)) == (phase, total)
+    finally:
+        memory.stop()
