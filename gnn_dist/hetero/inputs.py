@@ -129,9 +129,7 @@ class _PlacedRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, positions: list, n_rows: int, *pieces: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         ctx.positions = positions
-        width = pieces[0].shape[1] if pieces else 0
-        template = pieces[0] if pieces else torch.empty(0)
-        out = template.new_empty(n_rows, width)
+        out = pieces[0].new_empty(n_rows, pieces[0].shape[1])  # every call has a piece: a type, or a halo row's
         for where, piece in zip(positions, pieces, strict=True):
             out.index_copy_(0, where, piece)
         return out
