@@ -42,7 +42,6 @@ class TypedInputs(nn.Module):
         super().__init__()
         self.with_halo = with_halo
         self.typed = typed
-        self.hidden = hidden
         self.n_owned, self.n_halo = part.n_owned, part.n_halo
         device = exchanger.plan.device
         self.linears = nn.ModuleDict()
