@@ -158,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("directory")
     i.add_argument("--json", action="store_true")
     add_options(i, ModelConfig, help_prefix="as train's: ")
+    i.set_defaults(model=None)  # the partition's kind picks it (gnn_dist.partition_report.default_model)
     i.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py", help=PLUGIN_HELP)
     add_options(i, TrainConfig, only=INSPECT_OPTIONS, help_prefix="as train's: ")
     add_options(i, LinkConfig, help_prefix="as train's: ")
@@ -176,11 +177,13 @@ def _validated(config):
 
 def cmd_inspect(args) -> int:
     from gnn_dist.partition.format import PartitionFormatError
-    from gnn_dist.partition_report import format_report, inspect_partition
+    from gnn_dist.partition_report import default_model, format_report, inspect_partition
     from gnn_dist.plan.memory import PlanConfig
 
     try:
-        model = ModelConfig(**options_from_args(ModelConfig, args))
+        options = options_from_args(ModelConfig, args)
+        options["model"] = options["model"] or default_model(args.directory)
+        model = ModelConfig(**options)
         model.validate()
         report = inspect_partition(args.directory, model, schedule=args.schedule, halo_dtype=args.halo_dtype,
                                    link=_validated(LinkConfig(**options_from_args(LinkConfig, args))),

@@ -12,6 +12,7 @@ import os
 from gnn_dist.config import LinkConfig, ModelConfig
 from gnn_dist.hetero.report import format_typed_report, typed_report
 from gnn_dist.memory.host import readable_bytes
+from gnn_dist.models import check_model_fits
 from gnn_dist.partition.format import load_meta, part_shapes, verify_part_file
 from gnn_dist.plan.host import plan_host
 from gnn_dist.plan.memory import PlanConfig, plan_part
@@ -59,6 +60,11 @@ def edge_imbalance_warning(meta, model_name: str) -> str | None:
             f"{meta.num_parts / 1.03:.2f}x) to even them (gnn-dist inspect shows the balance)")
 
 
+def default_model(directory: str | os.PathLike) -> str:
+    """The model inspect plans for when none is named: R-GCN on a typed partition, train's default otherwise."""
+    return "rgcn" if load_meta(directory).hetero is not None else ModelConfig().model
+
+
 def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = None, *,
                       schedule: str = "exact", halo_dtype: str = "fp32", memory: PlanConfig | None = None,
                       link: LinkConfig | None = None) -> dict:
@@ -70,7 +76,8 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
     meta = load_meta(directory)
     for k in range(meta.num_parts):
         verify_part_file(directory, meta, k)
-    model = model or ModelConfig()
+    model = model or ModelConfig(model=default_model(directory))
+    check_model_fits(model.model, meta.hetero["node_types"] if meta.hetero else None, str(directory))
     if meta.hetero is not None:
         return _typed(directory, meta, model, schedule, halo_dtype, memory)
     owned = [p.owned for p in meta.parts]

@@ -657,6 +657,14 @@ def test_train_refuses_a_typed_job_over_its_memory_limit_and_records_the_plan(ty
     assert list(shards) == ["field"] and sum(shards["field"]) == 10 and max(shards["field"]) < 10
 
 
+def test_inspect_plans_rgcn_on_a_typed_partition_unless_told_and_refuses_a_homogeneous_model(typed_parts):
+    report = json.loads(run_cli("inspect", str(typed_parts[2]), "--json").stdout)
+    assert report["model"]["model"] == "rgcn"
+    refused = run_cli("inspect", str(typed_parts[2]), "--model", "gcn")
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "train it with --model rgat or rgcn" in refused.stderr
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--model", "gcn"], "train it with --model rgat or rgcn"),
     (["--model", "rgat", "--halo-memory", "sequential"], "--halo-memory resident"),

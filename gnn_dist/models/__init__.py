@@ -5,9 +5,9 @@ Importing this package imports every module of its folder, which registers the b
 
 May import: halo, kernels, nn, plugins
 """
-from gnn_dist.models.registry import model_class, model_names, one_of, register_model
+from gnn_dist.models.registry import check_model_fits, model_class, model_names, one_of, register_model
 from gnn_dist.plugins.registry import import_modules_of
 
 import_modules_of(__name__, __path__, first=("registry", "base", "gcn"))
 
-__all__ = ["model_class", "model_names", "one_of", "register_model"]
+__all__ = ["check_model_fits", "model_class", "model_names", "one_of", "register_model"]

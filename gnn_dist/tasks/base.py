@@ -111,19 +111,11 @@ _TYPED_ONLY = {"feature_dtype": ("fp32", "--feature-dtype fp32"), "predictions_o
 
 def check_typed(config, meta) -> None:
     """ValueError when the model and the partition disagree on being typed, or a typed run asks what it lacks."""
-    from gnn_dist.models import model_class, model_names, one_of
+    from gnn_dist.models import check_model_fits, model_class
 
-    typed_model = getattr(model_class(config.model.model), "typed", False)
+    check_model_fits(config.model.model, meta.hetero["node_types"] if meta.hetero else None, config.parts)
     if meta.hetero is None:
-        if typed_model:
-            raise ValueError(f"--model {config.model.model} trains typed graphs, and {config.parts} holds a "
-                             f"homogeneous one: partition a typed graph (--dataset hetero:PATH), or pick another "
-                             f"--model")
         return
-    if not typed_model:
-        typed_models = [name for name in model_names() if getattr(model_class(name), "typed", False)]
-        raise ValueError(f"{config.parts} holds a typed graph ({', '.join(meta.hetero['node_types'])}): train it with "
-                         f"--model {one_of(typed_models)}")
     if config.task != "node":
         raise ValueError(f"--task {config.task} is not defined on a typed graph yet: use --task node")
     for name, (wanted, fix) in _TYPED_ONLY.items():
