@@ -98,8 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--balance", default=None, choices=BALANCES,
                    help=f"what METIS evens across parts: node counts; edges (each node weighing its in-degree + 1: "
                         f"full-batch compute on graphs with skewed degrees, at less even node counts); or both, "
-                        f"weighed alike (default: {DEFAULT_BALANCE}; PT-Scotch and typed graphs balance their own "
-                        f"way; benchmarks/results/balance-default.md)")
+                        f"weighed alike (default: {DEFAULT_BALANCE}, and edges for a typed graph, whose node types "
+                        f"are balanced after; PT-Scotch balances its own way; benchmarks/results/balance-default.md, "
+                        f"typed-balance.md)")
     p.add_argument("--balance-edges", dest="balance", action="store_const", const="edges",
                    help="the same as --balance edges")
     p.add_argument("--normalize-features", action="store_true",

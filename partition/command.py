@@ -165,18 +165,21 @@ def _partition_typed(graph, args):
     """A typed graph (gnn_dist.partition.hetero_parts): its relations' reverses added unless
     --no-reverse-relations; the options that only homogeneous graphs have are refused by name."""
     from gnn_dist.partition.graph import DatasetError
-    from gnn_dist.partition.hetero_parts import partition_typed_graph
+    from gnn_dist.partition.hetero_parts import TYPED_BALANCE, partition_typed_graph
 
-    for flag, given in (("--task link", args.task == "link"), (f"--balance {args.balance}", args.balance is not None),
-                        ("--balance-train", args.balance_train), ("--normalize-features", args.normalize_features)):
+    for flag, given in (("--task link", args.task == "link"), ("--balance-train", args.balance_train),
+                        ("--normalize-features", args.normalize_features)):
         if given:
             raise DatasetError(f"{flag} is not supported for a typed graph ({graph.name}) yet: drop it (each node "
                                f"type and the training nodes are balanced already)")
+    if args.balance not in (None, "nodes") and args.method != "metis":
+        raise DatasetError(f"--balance {args.balance} weighs METIS's vertices, and --method {args.method} does not "
+                           f"read them: use --method metis, or drop --balance")
     if not args.no_reverse_relations:
         graph = graph.with_reverse_relations()
     return partition_typed_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
                                  overwrite=args.overwrite, locality_block=args.locality_block,
-                                 objective=args.objective)
+                                 objective=args.objective, balance=args.balance or TYPED_BALANCE)
 
 
 def _launch(args, argv: list[str]) -> int:

@@ -5,10 +5,11 @@ adjacency is every relation's edges both ways, so a paper and its authors tend t
 balances each node type with METIS's multi-constraint mode (balance_ntypes); through pymetis that left the
 types badly uneven (measured on ACM and Freebase at P = 2, 4, 8, one constraint per type plus the target's
 training nodes: up to 2.4x the mean for Freebase's movies at P=8, k-way or recursive alike; docs/datasets.md).
-So METIS splits the nodes by count alone (its strength: the cut), and `balance_types` then moves, type by
-type, the fewest nodes needed from parts above their share to parts below it, each time the node with the
-most neighbours in the receiving part relative to its own (a greedy Fiduccia-Mattheyses pass), until every
-type, and the target's training nodes, is within a tolerance of its mean.
+So METIS splits the graph with one vertex weight (by default each node's edges, TYPED_BALANCE: R-GCN's work
+is mostly per edge) while minimising the cut, and `balance_types` then moves, type by type, the fewest nodes
+needed from parts above their share to parts below it, each time the node with the most neighbours in the
+receiving part relative to its own (a greedy Fiduccia-Mattheyses pass), until every type, and the target's
+training nodes, is within a tolerance of its mean.
 
 Each part then holds, beside the usual arrays (partition.build), the relation of every CSR entry
 (`edge_type`) and each featured type's features of its owned nodes of that type (`x__TYPE`, owned order).
@@ -27,6 +28,12 @@ from gnn_dist.partition.hetero import HeteroGraph
 from gnn_dist.partition.metis import assign_parts, locality_blocks
 
 TYPE_BALANCE = 1.03  # each type's nodes per part at most this over its mean (METIS's own default tolerance)
+# What METIS weighs before the types are balanced (partition.metis.assign_parts): each node its operator row
+# (in-edges + 1), so the parts' edges start even and the type pass, which moves few nodes, leaves them near even.
+# Over ACM, Freebase, synthetic:mag200k and a high-cut sibling at P = 2, 4, 8, 3 seeds, the parts' edges reach
+# at most 1.13x their mean this way, 1.74x with node counts weighed, 1.19x with both; every type and the training
+# nodes stay within 3% whichever is weighed (benchmarks/results/typed-balance.md).
+TYPED_BALANCE = "edges"
 
 
 def balance_types(adjacency: np.ndarray, parts: np.ndarray, groups: np.ndarray, num_parts: int,
@@ -80,14 +87,12 @@ def balance_types(adjacency: np.ndarray, parts: np.ndarray, groups: np.ndarray, 
     return parts
 
 
-def partition_typed_graph(graph: HeteroGraph, num_parts: int, out: str | os.PathLike, *, method: str = "metis",
-                          seed: int = 0, overwrite: bool = False, locality_block: int = 256,
-                          objective: str = "cut") -> PartitionMeta:
-    """Partition a typed graph (see the module's docstring) and write the partition directory."""
+def typed_adjacency(graph: HeteroGraph) -> tuple[Graph, np.ndarray, np.ndarray, np.ndarray]:
+    """METIS's graph of a typed graph (every relation's edges both ways, labels and masks on the target's rows),
+    with the homogeneous view's message edges (relations as given, with repeats), relation and node types."""
     edge_index, edge_type, node_type = graph.homogeneous()
     n = graph.total_nodes
-    offsets = graph.offsets()
-    target_first = offsets[graph.target]
+    target_first = graph.offsets()[graph.target]
     target = slice(target_first, target_first + graph.num_nodes[graph.target])
     y = np.full(n, -1, dtype=np.int64)
     y[target] = graph.y
@@ -98,11 +103,31 @@ def partition_typed_graph(graph: HeteroGraph, num_parts: int, out: str | os.Path
         masks.append(full)
     adjacency = Graph(graph.name, symmetrize(edge_index, n), np.zeros((n, 0), dtype=np.float32), y, *masks,
                       graph.num_classes)
-    parts = assign_parts(adjacency, num_parts, method=method, seed=seed, objective=objective)
+    return adjacency, edge_index, edge_type, node_type
+
+
+def assign_typed_parts(graph: HeteroGraph, adjacency: Graph, node_type: np.ndarray, num_parts: int, *,
+                       method: str = "metis", seed: int = 0, objective: str = "cut",
+                       balance: str = TYPED_BALANCE) -> np.ndarray:
+    """The part of every node (homogeneous ids): METIS on `adjacency` weighing its vertices by `balance`
+    (partition.metis.assign_parts), then every node type and the target's training nodes balanced."""
+    parts = assign_parts(adjacency, num_parts, method=method, seed=seed, objective=objective, balance=balance)
     if method == "metis" and num_parts > 1:
         groups = node_type.copy()
-        groups[masks[0]] = len(graph.node_types)  # the target's training nodes: a group of their own
+        groups[adjacency.train_mask] = len(graph.node_types)  # the target's training nodes: a group of their own
         parts = balance_types(adjacency.edge_index, parts, groups, num_parts)
+    return parts
+
+
+def partition_typed_graph(graph: HeteroGraph, num_parts: int, out: str | os.PathLike, *, method: str = "metis",
+                          seed: int = 0, overwrite: bool = False, locality_block: int = 256,
+                          objective: str = "cut", balance: str = TYPED_BALANCE) -> PartitionMeta:
+    """Partition a typed graph (see the module's docstring) and write the partition directory."""
+    adjacency, edge_index, edge_type, node_type = typed_adjacency(graph)
+    n = graph.total_nodes
+    offsets = graph.offsets()
+    parts = assign_typed_parts(graph, adjacency, node_type, num_parts, method=method, seed=seed,
+                               objective=objective, balance=balance)
     blocks = locality_blocks(adjacency, parts, num_parts, locality_block, seed) if locality_block > 0 else None
     # messages travel along the relations as given (with repeats), not along METIS's symmetric graph
     messages = dataclasses.replace(adjacency, edge_index=edge_index)
@@ -125,5 +150,6 @@ def partition_typed_graph(graph: HeteroGraph, num_parts: int, out: str | os.Path
         dataset=graph.name, num_nodes=n, num_edges=int(edge_index.shape[1]), num_parts=num_parts, num_features=0,
         num_classes=graph.num_classes, num_train=int(graph.train_mask.sum()), method=method, seed=seed,
         partptr=[int(v) for v in partptr], task="node", link=None, feature_density=None, hetero=hetero,
+        balance=balance if method == "metis" else None,
     )
     return save(out, meta_fields, node_map, part_arrays, infos, overwrite=overwrite)
