@@ -75,7 +75,8 @@ def format_typed_report(report: dict) -> list[str]:
         lines.append(f"    {'__'.join(relation):<40} {edges:>12,} {cut:>10,}")
     m = report["model"]
     layer0 = "every halo row at layer 0 (--halo-memory sequential: the owners' input rows" \
-        if report["memory_plan"]["halo_memory"] == "sequential" else "embedding rows of featureless types at layer 0 (the owners' rows"
+        if report["memory_plan"]["halo_memory"] == "sequential" \
+        else "embedding rows of featureless types at layer 0 (the owners' rows"
     lines.append(f"  training traffic    {report['predicted_halo_bytes_per_epoch'] / 1e6:.2f} MB of halo payload per "
                  f"epoch for {m['model']} hidden {m['hidden']}, {m['num_layers']} layers: {typed['layer0_halo_rows']:,} "
                  f"{layer0}, fp32, exact), every halo row at each later layer "
