@@ -17,7 +17,6 @@ model_names = MODELS.names
 model_class = MODELS.get
 
 
-
 def check_model_fits(name: str, node_types: list[str] | None, parts: str) -> None:
     """ValueError naming the fix when --model `name` and the partition at `parts` disagree on being typed
     (node_types: the typed partition's node types; None for a homogeneous one)."""
