@@ -177,13 +177,13 @@ def _validated(config):
 
 
 def cmd_inspect(args) -> int:
-    from gnn_dist.partition.format import PartitionFormatError
+    from gnn_dist.partition.format import PartitionFormatError, load_meta
     from gnn_dist.partition_report import default_model, format_report, inspect_partition
     from gnn_dist.plan.memory import PlanConfig
 
     try:
         options = options_from_args(ModelConfig, args)
-        options["model"] = options["model"] or default_model(args.directory)
+        options["model"] = options["model"] or default_model(load_meta(args.directory))
         model = ModelConfig(**options)
         model.validate()
         report = inspect_partition(args.directory, model, schedule=args.schedule, halo_dtype=args.halo_dtype,

@@ -60,9 +60,9 @@ def edge_imbalance_warning(meta, model_name: str) -> str | None:
             f"{meta.num_parts / 1.03:.2f}x) to even them (gnn-dist inspect shows the balance)")
 
 
-def default_model(directory: str | os.PathLike) -> str:
+def default_model(meta) -> str:
     """The model inspect plans for when none is named: R-GCN on a typed partition, train's default otherwise."""
-    return "rgcn" if load_meta(directory).hetero is not None else ModelConfig().model
+    return "rgcn" if meta.hetero is not None else ModelConfig().model
 
 
 def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = None, *,
@@ -76,7 +76,7 @@ def inspect_partition(directory: str | os.PathLike, model: ModelConfig | None = 
     meta = load_meta(directory)
     for k in range(meta.num_parts):
         verify_part_file(directory, meta, k)
-    model = model or ModelConfig(model=default_model(directory))
+    model = model or ModelConfig(model=default_model(meta))
     check_model_fits(model.model, meta.hetero["node_types"] if meta.hetero else None, str(directory))
     if meta.hetero is not None:
         return _typed(directory, meta, model, schedule, halo_dtype, memory)

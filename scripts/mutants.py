@@ -328,7 +328,7 @@ MUTANTS = [
            "    parts = assign_parts(adjacency, num_parts, method=method, seed=seed, objective=objective)\n",
            ("tests/test_hetero.py::test_a_typed_partition_evens_the_parts_edges_by_default_and_keeps_each_type_balanced",)),
     Mutant("inspect: a typed partition is planned for train's default model",
-           "gnn_dist/cli.py", '        options["model"] = options["model"] or default_model(args.directory)\n',
+           "gnn_dist/cli.py", '        options["model"] = options["model"] or default_model(load_meta(args.directory))\n',
            '        options["model"] = options["model"] or "gcn"\n',
            ("tests/test_hetero.py::test_inspect_plans_rgcn_on_a_typed_partition_unless_told_and_refuses_a_homogeneous_model",)),
     Mutant("hetero: a relation within one type is not made symmetric",
