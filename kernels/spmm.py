@@ -158,19 +158,24 @@ class _SpMM(torch.autograd.Function):
     def forward(ctx, op: SparseOperator, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:  # type: ignore[override]
         ctx.op = op
         ctx.has_bias = bias is not None
-        return _matmul(op.matrix, x, bias)
+        return csr_matmul(op.matrix, x, bias)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
         if ctx.needs_input_grad[1] and ctx.op.transpose is None:
             raise RuntimeError("spmm: this operator is forward-only (built without its transpose): build it with "
                                "with_transpose=True to differentiate through it")
-        grad_x = _matmul(ctx.op.transpose, grad_out) if ctx.needs_input_grad[1] else None
+        grad_x = csr_matmul(ctx.op.transpose, grad_out) if ctx.needs_input_grad[1] else None
         grad_bias = grad_out.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return None, grad_x, grad_bias
 
 
-def _matmul(matrix: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def csr_matmul(matrix: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """matrix @ x (+ bias), not differentiable: the product spmm and the fused layers built on it run.
+
+    Shapes:
+        matrix: CSR [n_rows, n_cols]; x: [n_cols, F]; bias: [F] -> [n_rows, F]
+    """
     if matrix.shape[0] == 0 or matrix.shape[1] == 0 or x.shape[1] == 0:
         out = torch.zeros(matrix.shape[0], x.shape[1], dtype=x.dtype, device=x.device)
         return out if bias is None else out + bias
@@ -226,7 +231,7 @@ def spmm_into(matrix: torch.Tensor, begin: torch.Tensor, end: torch.Tensor, x: t
     torch.cumsum(lengths, 0, out=crow[1:])
     entries = torch.arange(int(crow[-1]), device=x.device) \
         + torch.repeat_interleave(begin.to(torch.int64) - crow[:-1], lengths)
-    part = _matmul(_csr_tensor(crow, matrix.col_indices()[entries].to(torch.int64) - col_offset, values[entries],
+    part = csr_matmul(_csr_tensor(crow, matrix.col_indices()[entries].to(torch.int64) - col_offset, values[entries],
                                (len(lengths), x.shape[0])), x, bias)
     if accumulate:
         out.add_(part)

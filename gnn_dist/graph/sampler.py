@@ -132,7 +132,7 @@ class SamplingCounters:
 class Block:
     """Sampled edges from level h nodes (sources) to level h-1 nodes (targets, a prefix)."""
 
-    dst: torch.Tensor  # int64 [E]: target position in level h-1
+    dst: torch.Tensor  # int64 [E]: target position in level h-1, ascending (entries grouped by target)
     src: torch.Tensor  # int64 [E]: source position in level h
     n_dst: int
     n_src: int

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from gnn_dist.comm.communicator import Pending
-from gnn_dist.kernels.spmm import SparseOperator, _matmul, spmm
+from gnn_dist.kernels.spmm import SparseOperator, csr_matmul, spmm
 
 
 @dataclass(frozen=True)
@@ -149,13 +149,13 @@ def row_masses(operator: SparseOperator | BlockedOperator, column_weights: torch
     weights = column_weights.reshape(-1, 1)
     with torch.no_grad():
         if isinstance(operator, SparseOperator):
-            return _matmul(operator.matrix, weights).reshape(-1)
+            return csr_matmul(operator.matrix, weights).reshape(-1)
         n_owned = operator.owned.shape[0]
-        masses = _matmul(operator.owned.matrix, weights[:n_owned])
+        masses = csr_matmul(operator.owned.matrix, weights[:n_owned])
         for block in operator.blocks:
             if block.rows.numel():
                 columns = weights[n_owned + block.col_start:n_owned + block.col_stop]
-                masses.index_add_(0, block.rows, _matmul(block.operator.matrix, columns))
+                masses.index_add_(0, block.rows, csr_matmul(block.operator.matrix, columns))
         return masses.reshape(-1)
 
 
@@ -296,7 +296,7 @@ class _SequentialAggregate(torch.autograd.Function):
 
         exchanges = blocked.exchanges
         ahead = post(exchanges[0]) if exchanges else None
-        out = _matmul(blocked.owned.matrix, x_owned, bias)  # the owned columns, while the first block travels
+        out = csr_matmul(blocked.owned.matrix, x_owned, bias)  # the owned columns, while the first block travels
         for k, exchange in enumerate(exchanges):
             sends, receive, buffer = ahead
             ahead = post(exchanges[k + 1]) if k + 1 < len(exchanges) else None
@@ -304,7 +304,7 @@ class _SequentialAggregate(torch.autograd.Function):
                 receive.wait()
             rows = transfers.block_rows(exchange, buffer if receive is not None else None)
             if rows is not None and rows.shape[0] and exchange.block.rows.numel():
-                out.index_add_(0, exchange.block.rows, _matmul(exchange.block.operator.matrix, rows))
+                out.index_add_(0, exchange.block.rows, csr_matmul(exchange.block.operator.matrix, rows))
             del rows, buffer
             for sending in sends:
                 sending.wait()
@@ -326,7 +326,7 @@ class _SequentialAggregate(torch.autograd.Function):
 
         exchanges = blocked.exchanges
         ahead = post_receive(exchanges[0]) if exchanges else None
-        grad_x = _matmul(blocked.owned.transpose, grad_out)
+        grad_x = csr_matmul(blocked.owned.transpose, grad_out)
         for k, exchange in enumerate(exchanges):
             block = exchange.block
             receive, incoming = ahead
@@ -334,7 +334,7 @@ class _SequentialAggregate(torch.autograd.Function):
             sends = []
             if block.col_stop > block.col_start:
                 # The gradient of the halo rows we received from src goes back to src; dest returns ours.
-                grad_block = _matmul(block.operator.transpose, grad_out.index_select(0, block.rows)) \
+                grad_block = csr_matmul(block.operator.transpose, grad_out.index_select(0, block.rows)) \
                     if block.rows.numel() else grad_out.new_zeros(block.col_stop - block.col_start, grad_out.shape[1])
                 sends, _ = post_transfers(transfers, transfers.out_gradients(exchange, grad_block), exchange.src, None,
                                           exchange.src, tag)

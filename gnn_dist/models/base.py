@@ -64,7 +64,8 @@ class DistConv(nn.Module):
         aggregation_bias              the bias fused into the aggregation of transformed rows, else None
         update(aggregated, root)   output rows from their aggregation (and their own input when needs_root)
         normalise(rows, cols, deg, start, n_rows)   the full-graph operator's entries of a row range
-        block_operator(block)         a sampled block's operator
+        block_operator(block, with_transpose)   a sampled block's operator (its transpose only when asked:
+                                          block_needs_transpose says when)
         pyg_spec(in_dim, out_dim) or pyg_conv(in_dim, out_dim), pyg_parameter_names()
                                           the PyG layer the tests compare it with (and `gnn-dist export` writes:
                                           pyg_spec names its class and arguments, so only a layer with one exports)
@@ -166,6 +167,20 @@ class DistConv(nn.Module):
     def forward(self, x: torch.Tensor | None = None, x_full: torch.Tensor | None = None,
                 halo_source=None) -> torch.Tensor:
         return _conv_forward(self, x, x_full, halo_source)
+
+    @classmethod
+    def block_needs_transpose(cls, aggregate_first: bool, input_needs_grad: bool) -> bool:
+        """Whether a layer's sampled-block operator needs its transpose: a gradient flows back through the
+        aggregation when the layer's input needs one, or when it aggregates rows its weight transformed. (The
+        input layer aggregating the features first needs none: half the block's set-up.)"""
+        return input_needs_grad or not aggregate_first
+
+    @classmethod
+    def block_input_gradients(cls, aggregate_first: bool) -> int:
+        """How many [source rows, in] tensors a block's backward makes for its input's gradient (for the memory
+        plan): the aggregation's, and where the root term is a separate node, the root rows' in a zero-filled
+        one that autograd adds to it."""
+        return 2 if cls.needs_root else 1
 
     def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator, ids: torch.Tensor | None = None):
         """One sampled block: block_op [n_dst, n_src] already holds the normalisation (and any self loops);

@@ -154,9 +154,14 @@ class DistGATConv(DistConv):
         return rows, cols, np.ones(rows.shape[0])
 
     @staticmethod
-    def block_operator(block) -> SparseOperator:
+    def block_operator(block, with_transpose: bool = True) -> SparseOperator:
         rows, cols = with_self_loops(block.dst, block.src, 0, block.n_dst)  # targets are the first sources
-        return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0], device=rows.device), (block.n_dst, block.n_src))
+        return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0], device=rows.device),
+                                       (block.n_dst, block.n_src), with_transpose=with_transpose)
+
+    @classmethod
+    def block_needs_transpose(cls, aggregate_first: bool, input_needs_grad: bool) -> bool:
+        return False  # the attention kernels order the entries by column themselves (kernels.attention)
 
     @staticmethod
     def pyg_spec(in_dim: int, out_dim: int, heads: int = 1, attn_dropout: float = 0.0) -> tuple[str, dict]:

@@ -47,12 +47,12 @@ class DistGCNConv(DistConv):
         return rows, cols, values
 
     @staticmethod
-    def block_operator(block) -> SparseOperator:
+    def block_operator(block, with_transpose: bool = True) -> SparseOperator:
         # On a sampled block: the mean over the sampled neighbours and the node itself (a self loop per target).
         counts = torch.bincount(block.dst, minlength=block.n_dst).to(torch.float32)
         rows, cols = with_self_loops(block.dst, block.src, 0, block.n_dst)  # targets are the first sources
         values = 1.0 / (counts[rows] + 1.0)
-        return SparseOperator.from_coo(rows, cols, values, (block.n_dst, block.n_src))
+        return SparseOperator.from_coo(rows, cols, values, (block.n_dst, block.n_src), with_transpose=with_transpose)
 
     @staticmethod
     def pyg_spec(in_dim: int, out_dim: int) -> tuple[str, dict]:

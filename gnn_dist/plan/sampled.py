@@ -38,7 +38,7 @@ from gnn_dist.plan.memory import MemoryPlan, parameter_count, part_file_bytes, t
 from gnn_dist.plan.options import PlanConfig
 
 CSR_INDEX = 4  # a block's operator: CSR with int32 indices (gnn_dist.kernels.spmm), and its transpose
-ENTRY_BYTES = 2 * (CSR_INDEX + FLOAT)  # an entry of an operator with its transpose: index and value, twice
+ENTRY_BYTES = CSR_INDEX + FLOAT  # an entry of an operator (or of its transpose): index and value
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,14 @@ def _step(live: Liveness, batch: BatchShape, config: PlanConfig, widths) -> None
     loops = 1 if conv.self_loops else 0
     live.alloc("relabelling table", _relabel_bytes(batch))
     live.alloc("prepared batch", _prepared_bytes(batch, widths[0][0]))
-    operators = sum((edges + loops * levels[L - k - 1]) * ENTRY_BYTES + (levels[L - k - 1] + levels[L - k]) * CSR_INDEX
-                    + levels[L - k - 1] * FLOAT for k, edges in enumerate(batch.edges))
+    operators, input_needs_grad = 0, False  # a batch's input rows need no gradient
+    for k, ((i, o, options), edges) in enumerate(zip(widths, batch.edges)):
+        rows_in, rows_out = levels[L - k], levels[L - k - 1]
+        entries = edges + loops * rows_out
+        operators += entries * ENTRY_BYTES + (rows_out + 1) * CSR_INDEX + rows_out * FLOAT  # the matrix, the counts
+        if conv.block_needs_transpose(conv.aggregation(i, o, **options)[0], input_needs_grad):
+            operators += entries * ENTRY_BYTES + (rows_in + 1) * CSR_INDEX
+        input_needs_grad = True
     live.alloc("block operators", operators)
     p = model.dropout
     for k, (i, o, options) in enumerate(widths):
@@ -181,12 +187,12 @@ def _step(live: Liveness, batch: BatchShape, config: PlanConfig, widths) -> None
         if k == 0 and aggregate_first and not conv.attention:
             break  # the first layer aggregates constant inputs: only its weight gradient remains
         # the aggregation's gradient (through the output transform), then the input's: the operator's
-        # transpose times it, and a root term's (its rows in a zero-filled [rows_in, i]) added into it
+        # transpose times it, and a root term's (block_input_gradients)
         live.alloc("aggregation gradient", rows_out * (w if aggregate_first else o) * FLOAT)
         live.free("output gradient", f"layer {k} aggregated", "loss")
         if k == 0:
             break  # the first layer's input is the batch's features: no gradient of its own
-        live.alloc("input gradient", (2 if conv.needs_root else 1) * rows_in * i * FLOAT)
+        live.alloc("input gradient", conv.block_input_gradients(aggregate_first) * rows_in * i * FLOAT)
         live.free("aggregation gradient", "attention buffers", f"layer {k} source", f"layer {k} mask",
                   f"layer {k} input")
         live.alloc("output gradient", rows_in * i * FLOAT)

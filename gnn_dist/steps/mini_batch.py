@@ -163,8 +163,16 @@ class MiniBatchMode:
 
     def forward_batch(self, batch: PreparedBatch, layer_keys: list[int]) -> torch.Tensor:
         """The seeds' outputs (the first rows) of a prepared batch; layer_keys key each layer's dropout."""
-        operators = [self.model_class.block_operator(b) for b in reversed(batch.blocks)]
-        return forward_blocks(self.state.model, batch.x, operators, batch.node_ids, layer_keys)
+        return forward_blocks(self.state.model, batch.x, self.block_operators(batch), batch.node_ids, layer_keys)
+
+    def block_operators(self, batch: PreparedBatch) -> list:
+        """Each layer's block operator, outermost first; a transpose only where a gradient flows through it."""
+        operators, input_needs_grad = [], batch.x.requires_grad
+        for conv, block in zip(self.state.model.convs, reversed(batch.blocks)):
+            operators.append(self.model_class.block_operator(block, conv.block_needs_transpose(conv.aggregate_first,
+                                                                                            input_needs_grad)))
+            input_needs_grad = True  # every later layer's input depends on the weights below it
+        return operators
 
     def optimizer_step(self, global_terms: float) -> None:
         """Step the weights once their gradients are summed over ranks (divided by global_terms, the loss's
