@@ -549,6 +549,7 @@ static void attention_forward_typed(const torch::Tensor& crow, const torch::Tens
   scalar_t* l = lse.data_ptr<scalar_t>();
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
     std::vector<scalar_t> e, mx(heads), sum(heads);
+    const int64_t ahead_limit = cp[end];
     for (int64_t i = begin; i < end; ++i) {
       const int64_t start = cp[i], stop = cp[i + 1];
       scalar_t* yi = y + i * hc;
@@ -556,6 +557,8 @@ static void attention_forward_typed(const torch::Tensor& crow, const torch::Tens
       e.resize((stop - start) * heads);
       for (int64_t h = 0; h < heads; ++h) mx[h] = -std::numeric_limits<scalar_t>::infinity(), sum[h] = 0;
       for (int64_t k = start; k < stop; ++k) {
+        // the whole source row of an entry ahead: its score now, its x in the second pass over the row
+        if (k + kAhead < ahead_limit) prefetch_row(src + static_cast<int64_t>(ip[k + kAhead]) * stride, stride);
         const scalar_t* sj = src + static_cast<int64_t>(ip[k]) * stride + hc;
         for (int64_t h = 0; h < heads; ++h) {
           const scalar_t v = leaky(sj[h] + ad[i * heads + h], slope);
@@ -644,11 +647,13 @@ static void attention_backward_typed(const torch::Tensor& crow, const torch::Ten
   // Pass 1, over destination rows: softmax backward needs the row's sum of alpha * dL/dalpha first.
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
     std::vector<scalar_t> delta(heads);
+    const int64_t ahead_limit = cp[end];
     for (int64_t i = begin; i < end; ++i) {
       const int64_t start = cp[i], stop = cp[i + 1];
       const scalar_t* gi = g + i * hc;
       for (int64_t h = 0; h < heads; ++h) delta[h] = grad_lse != nullptr ? -grad_lse[i * heads + h] : scalar_t(0);
       for (int64_t k = start; k < stop; ++k) {
+        if (k + kAhead < ahead_limit) prefetch_row(src + static_cast<int64_t>(ip[k + kAhead]) * stride, stride);
         const int64_t j = ip[k];
         const scalar_t* xj = src + j * stride;
         for (int64_t h = 0; h < heads; ++h) {
@@ -686,10 +691,12 @@ static void attention_backward_typed(const torch::Tensor& crow, const torch::Ten
   });
   // Pass 2, over source columns (the transpose): each source row gathers its gradient, no atomics.
   at::parallel_for(0, cols, 64, [&](int64_t begin, int64_t end) {
+    const int64_t ahead_limit = tcp[end];
     for (int64_t j = begin; j < end; ++j) {
       scalar_t* gj = gs + j * stride;
       for (int64_t f = 0; f < stride; ++f) gj[f] = scalar_t(0);
       for (int64_t t = tcp[j]; t < tcp[j + 1]; ++t) {
+        if (t + kAhead < ahead_limit) prefetch_row(g + static_cast<int64_t>(trp[t + kAhead]) * hc, hc);
         const int64_t i = trp[t], k = tpp[t];
         const scalar_t* gi = g + i * hc;
         for (int64_t h = 0; h < heads; ++h) {
