@@ -192,12 +192,14 @@ def _head_scores(x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
 
 class _SourceRows(torch.autograd.Function):
     """[x W | <x W, att> per head] with the arithmetic of autograd over matmul, product, sum and cat, keeping
-    for the backward only the layer's input h, which the layer keeps anyway, and recomputing x W = h W^T there.
+    for the backward only the layer's input h, which the layer keeps anyway.
 
     Left to autograd, the product would save x W ([n, heads * C]) and the rows would be saved again as they
     travel (the attention saves its own [owned | halo] copy), a share of GAT's peak memory the memory plan did
-    not foresee (measured: benchmarks/results/gat-memory-plan.md). The recomputation costs one matmul of the
-    layer's forward per epoch.
+    not foresee (measured: benchmarks/results/gat-memory-plan.md). The backward needs x W only for att's
+    gradient, sum_i g_ih x_ih = W_h (sum_i g_ih h_i): summed over the rows first ([heads, n] x [n, in_dim]),
+    that is two thin products instead of x W again ([n, in_dim] x [in_dim, heads * C], a third of the layer's
+    dense work).
 
     Shapes: h [n, in_dim], weight [heads * C, in_dim], att [1, heads, C] -> [n, heads * C + heads]
     """
@@ -217,7 +219,8 @@ class _SourceRows(torch.autograd.Function):
         grad_scores = grad_rows[:, heads * width:].unsqueeze(-1)
         grad_att = None
         if ctx.needs_input_grad[2]:
-            grad_att = (grad_scores * (h @ weight.t()).view(-1, heads, width)).sum(0, keepdim=True)
+            summed = grad_rows[:, heads * width:].t() @ h  # [heads, in_dim]: each head's score gradients times h
+            grad_att = torch.bmm(weight.view(heads, width, -1), summed.unsqueeze(-1)).view(1, heads, width)
         grad_x = (grad_scores * att).view(-1, heads * width)
         grad_x += grad_rows[:, :heads * width]
         grad_weight = grad_x.t() @ h if ctx.needs_input_grad[1] else None
