@@ -134,6 +134,24 @@ def test_a_model_and_a_schedule_registered_from_a_test_train_at_two_ranks(partit
         assert torch.allclose(logits, reference[torch.from_numpy(ids)], rtol=1e-4, atol=1e-4)
 
 
+def test_a_model_whose_block_operator_takes_only_the_block_trains_sampled(partitioned):
+    """A model written before block_operator took with_transpose (test-sum's takes only the block) is called
+    that way: every operator has its transpose, and the plan counts them."""
+    from gnn_dist.models import model_class
+    from gnn_dist.models.gcn import DistGCNConv
+
+    assert not model_class("test-sum").block_operator_takes_transpose()
+    assert model_class("test-sum").block_needs_transpose(True, False)  # no flag: built with it anyway
+    assert not DistGCNConv.block_needs_transpose(True, False)
+    directory = partitioned("synthetic:tiny", 2)
+    config = TrainConfig(parts=str(directory), mode="sampled", epochs=1, progress=False, timeout=0,
+                         model=ModelConfig(model="test-sum", hidden=8, num_layers=2, dropout=0.0),
+                         sampled=SampledConfig(fanouts=(3, 2), batch_size=16))
+    finals = run_fake_ranks(2, lambda comm: train(RankContext(comm), config))
+    assert finals[0]["model"] == "test-sum" and finals[0]["mode"] == "sampled" and finals[0]["epochs_run"] == 1
+    assert 0.0 <= finals[0]["test_acc"] <= 1.0
+
+
 def test_a_dataset_registered_from_a_test_is_a_dataset_spec(tmp_path):
     from gnn_dist.partition.datasets import load_dataset, register_dataset
     from gnn_dist.partition.graph import Graph, random_split, symmetrize

@@ -168,9 +168,11 @@ class MiniBatchMode:
     def block_operators(self, batch: PreparedBatch) -> list:
         """Each layer's block operator, outermost first; a transpose only where a gradient flows through it."""
         operators, input_needs_grad = [], batch.x.requires_grad
+        takes_flag = self.model_class.block_operator_takes_transpose()
         for conv, block in zip(self.state.model.convs, reversed(batch.blocks)):
-            operators.append(self.model_class.block_operator(block, conv.block_needs_transpose(conv.aggregate_first,
-                                                                                            input_needs_grad)))
+            needed = conv.block_needs_transpose(conv.aggregate_first, input_needs_grad)
+            operators.append(self.model_class.block_operator(block, needed) if takes_flag
+                             else self.model_class.block_operator(block))
             input_needs_grad = True  # every later layer's input depends on the weights below it
         return operators
 
