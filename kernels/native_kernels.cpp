@@ -6,7 +6,6 @@
 // loop runs over the contiguous feature dimension so the compiler vectorises it.
 #include <torch/extension.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -23,24 +22,29 @@ static void on_host(std::initializer_list<torch::Tensor> tensors, const char* ke
                 t.device().str(), " tensor (a device run takes the torch formulation)");
 }
 
+// The rows an entry reads (of x in the SpMM, of the source or gradient rows in attention) are random, so each
+// one's first lines miss: the kernels' loops over entries ask for the row of the entry kAhead entries on (past
+// the row's end too: a sampled block's rows hold a handful of entries) while they work on the current one.
+// Measured on a sampled block's input layer (125k entries of 128 floats from 45.7k rows, Zen 2, one thread):
+// 7.9 ms without, 3.7-6.0 ms with 4 ahead (2 and 8 within the noise of it).
+constexpr int64_t kAhead = 4;
+
+// Asks for row rows_of[entry] - offset of `base` (width elements a row) when entry < limit (the last entry
+// the caller's chunk lists). A hint: it never faults, whatever the address.
+template <typename scalar_t, typename index_t>
+static inline void prefetch_entry_row(const scalar_t* base, const index_t* rows_of, int64_t entry, int64_t limit,
+                                      int64_t offset, int64_t width) {
+  if (entry >= limit) return;
+  const char* p = reinterpret_cast<const char*>(base + (static_cast<int64_t>(rows_of[entry]) - offset) * width);
+  const int64_t bytes = width * static_cast<int64_t>(sizeof(scalar_t));
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+}
+
 // Rows r of the output from entries [begin[r], end[r]) of a CSR operator (MKL's four-array form: a row's
 // entries need not run to the next row's start), reading x at row col[k] - col_offset. With begin = crow and
 // end = crow + 1 this is the plain product; other ranges take a row's owned-column or halo-column entries
 // alone (gnn_dist.halo_overlap), whose x is then only that side's rows. accumulate adds to y instead of
 // overwriting it (and takes no bias).
-// The rows of x an entry reads are random, so each one's first lines miss: the loops below ask for the row of
-// the entry kAhead entries on (past the row's end too: a sampled block's rows hold a handful of entries) while
-// they sum the current ones. Measured on a sampled block's input layer (125k entries of 128 floats from 45.7k
-// rows, Zen 2, one thread): 7.9 ms without, 4.8-5.4 ms with 4 ahead (2 and 8 within the noise of it).
-constexpr int64_t kAhead = 4;
-
-template <typename scalar_t>
-static inline void prefetch_row(const scalar_t* row, int64_t width) {
-  const char* p = reinterpret_cast<const char*>(row);
-  const int64_t bytes = width * static_cast<int64_t>(sizeof(scalar_t));
-  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);  // a hint: never faults, whatever the address
-}
-
 template <typename scalar_t, typename index_t>
 static void spmm_rows(const index_t* begin, const index_t* end, const index_t* col, const scalar_t* val,
                       const scalar_t* x, int64_t col_offset, const scalar_t* bias, bool accumulate, scalar_t* y,
@@ -59,15 +63,15 @@ static void spmm_rows(const index_t* begin, const index_t* end, const index_t* c
     int64_t k = begin[i];
     // Two neighbours per pass halves the loads and stores of the output row.
     for (; k + 1 < stop; k += 2) {
-      for (int64_t j = k + kAhead; j < std::min(k + kAhead + 2, ahead_limit); ++j)
-        prefetch_row(x + (static_cast<int64_t>(col[j]) - col_offset) * width, width);
+      prefetch_entry_row(x, col, k + kAhead, ahead_limit, col_offset, width);
+      prefetch_entry_row(x, col, k + kAhead + 1, ahead_limit, col_offset, width);
       const scalar_t a = val[k], b = val[k + 1];
       const scalar_t* __restrict__ xa = x + (static_cast<int64_t>(col[k]) - col_offset) * width;
       const scalar_t* __restrict__ xb = x + (static_cast<int64_t>(col[k + 1]) - col_offset) * width;
       for (int64_t f = 0; f < width; ++f) out[f] += a * xa[f] + b * xb[f];
     }
     if (k < stop) {
-      if (k + kAhead < ahead_limit) prefetch_row(x + (static_cast<int64_t>(col[k + kAhead]) - col_offset) * width, width);
+      prefetch_entry_row(x, col, k + kAhead, ahead_limit, col_offset, width);
       const scalar_t a = val[k];
       const scalar_t* __restrict__ xa = x + (static_cast<int64_t>(col[k]) - col_offset) * width;
       for (int64_t f = 0; f < width; ++f) out[f] += a * xa[f];
@@ -558,7 +562,7 @@ static void attention_forward_typed(const torch::Tensor& crow, const torch::Tens
       for (int64_t h = 0; h < heads; ++h) mx[h] = -std::numeric_limits<scalar_t>::infinity(), sum[h] = 0;
       for (int64_t k = start; k < stop; ++k) {
         // the whole source row of an entry ahead: its score now, its x in the second pass over the row
-        if (k + kAhead < ahead_limit) prefetch_row(src + static_cast<int64_t>(ip[k + kAhead]) * stride, stride);
+        prefetch_entry_row(src, ip, k + kAhead, ahead_limit, 0, stride);
         const scalar_t* sj = src + static_cast<int64_t>(ip[k]) * stride + hc;
         for (int64_t h = 0; h < heads; ++h) {
           const scalar_t v = leaky(sj[h] + ad[i * heads + h], slope);
@@ -653,7 +657,7 @@ static void attention_backward_typed(const torch::Tensor& crow, const torch::Ten
       const scalar_t* gi = g + i * hc;
       for (int64_t h = 0; h < heads; ++h) delta[h] = grad_lse != nullptr ? -grad_lse[i * heads + h] : scalar_t(0);
       for (int64_t k = start; k < stop; ++k) {
-        if (k + kAhead < ahead_limit) prefetch_row(src + static_cast<int64_t>(ip[k + kAhead]) * stride, stride);
+        prefetch_entry_row(src, ip, k + kAhead, ahead_limit, 0, stride);
         const int64_t j = ip[k];
         const scalar_t* xj = src + j * stride;
         for (int64_t h = 0; h < heads; ++h) {
@@ -696,7 +700,7 @@ static void attention_backward_typed(const torch::Tensor& crow, const torch::Ten
       scalar_t* gj = gs + j * stride;
       for (int64_t f = 0; f < stride; ++f) gj[f] = scalar_t(0);
       for (int64_t t = tcp[j]; t < tcp[j + 1]; ++t) {
-        if (t + kAhead < ahead_limit) prefetch_row(g + static_cast<int64_t>(trp[t + kAhead]) * hc, hc);
+        prefetch_entry_row(g, trp, t + kAhead, ahead_limit, 0, hc);
         const int64_t i = trp[t], k = tpp[t];
         const scalar_t* gi = g + i * hc;
         for (int64_t h = 0; h < heads; ++h) {

@@ -136,7 +136,7 @@ def test_a_model_and_a_schedule_registered_from_a_test_train_at_two_ranks(partit
 
 def test_a_model_whose_block_operator_takes_only_the_block_trains_sampled(partitioned):
     """A model written before block_operator took with_transpose (test-sum's takes only the block) is called
-    that way: every operator has its transpose, and the plan counts them."""
+    that way, and block_needs_transpose (what the step and the plan ask) says every operator has its transpose."""
     from gnn_dist.models import model_class
     from gnn_dist.models.gcn import DistGCNConv
 

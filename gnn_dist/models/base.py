@@ -14,6 +14,7 @@ inputs are the cached input features, so the model passes the whole
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from typing import ClassVar
@@ -170,6 +171,7 @@ class DistConv(nn.Module):
         return _conv_forward(self, x, x_full, halo_source)
 
     @classmethod
+    @functools.cache  # asked every step and layer; a class's signature does not change
     def block_operator_takes_transpose(cls) -> bool:
         """Whether block_operator takes with_transpose; one that takes only the block (a model written before
         the flag existed) is called that way and builds every transpose."""
