@@ -292,8 +292,9 @@ def pyg_block_logits(model: str, params: dict, x_src: torch.Tensor, blocks, labe
     return h.detach(), grads
 
 
-# hidden 16 below the 64 features: the input layer transforms first; 64: every SAGE layer but the last aggregates
-# first (_BlockUpdate), the input layer's operator without its transpose
+# hidden 16 below the 64 features: the input layer narrows; 64: it widens, aggregates first (_BlockUpdate) and its
+# operator has no transpose. Which order a narrowing layer takes on a block depends on the block's sizes (the test
+# after this one holds both orders to PyG).
 @pytest.mark.parametrize("model,hidden", [("sage", 16), ("sage", 64), ("gcn", 16), ("gat", 16)])
 def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model, hidden):
     import torch.nn.functional as F
@@ -317,10 +318,11 @@ def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model, hidden
         nodes, blocks = run.sampler.sample(batch + run.sampler.first, 0, 0)
         x = run.store.gather(nodes)
         operators = run.block_operators(PreparedBatch(x, blocks, torch.from_numpy(nodes), batch))
-        # a transpose exactly where a gradient flows back through the aggregation
+        # a transpose exactly where a gradient flows back through the aggregation, in the order forward_block
+        # takes on the operator itself (block_operators decides from the block's counts before building it)
         assert [op.transpose is not None for op in operators] == \
-            [k > 0 or not conv.aggregate_first for k, conv in enumerate(state.model.convs)] if model != "gat" \
-            else [False] * 3
+            [k > 0 or not conv.aggregates_operator_first(op) for k, (conv, op) in
+             enumerate(zip(state.model.convs, operators))] if model != "gat" else [False] * 3
         keys = [sampled_stream_key(1, 0, 0, comm.rank, k) for k in range(3)]
         state.model.train()
         logits = forward_blocks(state.model, x, operators, torch.from_numpy(nodes), keys)
@@ -340,6 +342,51 @@ def test_a_sampled_step_equals_pyg_on_the_same_blocks(partitioned, model, hidden
         assert set(ref_grads) == set(grads)
         for name, grad in grads.items():
             assert (grad - ref_grads[name]).abs().max() <= 1e-4, name
+
+
+def _block(targets_sources: list[list[int]], n_src: int):
+    from gnn_dist.graph.sampler import Block
+
+    dst = torch.tensor([t for t, sources in enumerate(targets_sources) for _ in sources], dtype=torch.int64)
+    src = torch.tensor([s for sources in targets_sources for s in sources], dtype=torch.int64)
+    return Block(dst=dst, src=src, n_dst=len(targets_sources), n_src=n_src)
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn"])
+def test_a_narrowing_layer_aggregates_a_block_first_where_that_multiplies_less(model):
+    """A layer 32 -> 4 transforms first on a whole graph (the narrower side). On a block of 6 targets with 10
+    sources each out of 60 rows, aggregating first costs 60*32 + 6*32*4 = 2688 multiply-adds (GCN's 6 self
+    loops: 2880) against 60*32*4 + 60*4 = 7920 transforming first: the layer aggregates first. On a block whose
+    20 sources are its 20 targets, 3 each: 60*32 + 20*32*4 = 4480 (GCN 5120) against 20*32*4 + 60*4 = 2800
+    (GCN 3120): it transforms first. Both outputs and gradients equal PyG's on the block; the order shows in the
+    autograd node that made the output."""
+    from gnn_dist.models import model_class
+
+    conv_class = model_class(model)
+    rng = np.random.default_rng(3)
+    wide = _block([sorted(rng.choice(np.arange(6, 60), 10, replace=False).tolist()) for _ in range(6)], 60)
+    square = _block([sorted(rng.choice(20, 3, replace=False).tolist()) for _ in range(20)], 20)
+    aggregate_first_node = {"sage": "_BlockUpdateBackward", "gcn": "AddmmBackward0"}[model]
+    for block, aggregates_first in ((wide, True), (square, False)):
+        conv = conv_class(32, 4, None, None, "test")
+        op = conv_class.block_operator(block, True)
+        h = torch.randn(block.n_src, 32, dtype=torch.float32, requires_grad=True)
+        out = conv.forward_block(h, op)
+        assert conv.aggregates_operator_first(op) == aggregates_first
+        assert (type(out.grad_fn).__name__ == aggregate_first_node) == aggregates_first, type(out.grad_fn).__name__
+        out.pow(2).sum().backward()
+        reference = conv_class.pyg_block_conv(32, 4).double()
+        with torch.no_grad():
+            for ours, theirs in conv_class.pyg_parameter_names().items():
+                reference.reference.get_parameter(theirs).copy_(conv.get_parameter(ours))
+        h_ref = h.detach().double().requires_grad_(True)
+        ref = reference(h_ref, block.n_dst, torch.stack([block.src, block.dst]))
+        ref.pow(2).sum().backward()
+        assert (out.detach().double() - ref.detach()).abs().max() <= 1e-5
+        assert (h.grad.double() - h_ref.grad).abs().max() <= 1e-4
+        for ours, theirs in conv_class.pyg_parameter_names().items():
+            grad, ref_grad = conv.get_parameter(ours).grad, reference.reference.get_parameter(theirs).grad
+            assert (grad.double() - ref_grad).abs().max() <= 1e-4, ours
 
 
 def test_a_batch_shape_counts_the_levels_and_every_hops_draws(partitioned):

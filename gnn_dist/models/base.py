@@ -45,6 +45,18 @@ def with_self_loops(rows, cols, start: int, n_rows: int):
     return torch.cat([rows, loops]), torch.cat([cols, loops + start])
 
 
+def aggregating_first_is_cheaper(in_dim: int, out_dim: int, n_src: int, n_dst: int, entries: int) -> bool:
+    """Whether (A X) W costs no more multiply-adds than A (X W) on a block A [n_dst, n_src] with `entries` entries.
+
+    Transforming first multiplies every source row by W and aggregates out-wide rows; aggregating first
+    aggregates in-wide rows and multiplies only the targets. On a whole graph the rows are the same on both
+    sides and the narrower width decides (DistConv.aggregation); a sampled block has several times more
+    sources than targets, so a layer that narrows (a classifier's last: 256 in, a few dozen out) is cheaper
+    aggregating first there too. (A root term, x_i W_r, costs the same either way.)
+    """
+    return entries * in_dim + n_dst * in_dim * out_dim <= n_src * in_dim * out_dim + entries * out_dim
+
+
 def linear_uniform_(linear: nn.Linear, generator: torch.Generator | None = None) -> None:
     """torch.nn.Linear's default initialisation (what PyG's SAGEConv uses), from a given generator."""
     bound = 1.0 / math.sqrt(linear.in_features) if linear.in_features else 0.0
@@ -59,7 +71,8 @@ class DistConv(nn.Module):
     sampled-block forward, and what the rest of the system asks of a model.
 
     A subclass sets `name` (its --model NAME), `needs_root` (whether `update` takes the rows' own input)
-    and `self_loops` (whether its operator adds one entry per row, for the memory plan), and defines:
+    and `self_loops` (whether its operator adds one entry per row, for the memory plan), `block_order_by_work`
+    where its forward_block aggregates first whenever aggregates_block_first says so, and defines:
 
         reset_parameters(generator)   initial weights from a private generator
         transform(h)                  the rows it aggregates: h, or h times its weight when the output is narrower
@@ -88,6 +101,9 @@ class DistConv(nn.Module):
     # Whether transform() multiplies through gnn_dist.nn.sparse_features.linear, so a first layer given the CSR copy
     # of mostly-zero input features (input_features) multiplies sparsely.
     takes_sparse_input: ClassVar[bool] = False
+    # Whether forward_block takes either order on a sampled block, so block_aggregation may pick the one with
+    # fewer multiply-adds there rather than aggregation()'s whole-graph order.
+    block_order_by_work: ClassVar[bool] = False
     # Set by the model stack: the original ids of the operator's columns ([owned | halo], rows first), and the
     # key of the current pass and layer, for randomness inside the layer that every P must draw alike.
     column_ids: torch.Tensor | None = None
@@ -126,6 +142,26 @@ class DistConv(nn.Module):
         """(whether the layer aggregates its input before transforming it, the width of the rows it aggregates):
         the narrower side, A (X W) = (A X) W. The memory plan and the byte prediction ask this."""
         return in_dim <= out_dim, min(in_dim, out_dim)
+
+    @classmethod
+    def block_aggregation(cls, in_dim: int, out_dim: int, n_src: int, n_dst: int, entries: int,
+                          **layer_options) -> tuple[bool, int]:
+        """aggregation() for a sampled block of n_src source rows, n_dst targets and `entries` operator entries:
+        the same, unless the model's forward_block takes either order (block_order_by_work); then aggregating
+        first wherever that makes fewer multiply-adds (aggregating_first_is_cheaper). The sampled step, its
+        operators' transposes and the sampled memory plan ask this."""
+        if cls.block_order_by_work and aggregating_first_is_cheaper(in_dim, out_dim, n_src, n_dst, entries):
+            return True, in_dim
+        return cls.aggregation(in_dim, out_dim, **layer_options)
+
+    def aggregates_block_first(self, n_src: int, n_dst: int, entries: int) -> bool:
+        """Whether forward_block aggregates a block's rows before transforming them (block_aggregation); entries
+        are its operator's: the sampled edges, and one per target where the model adds self loops."""
+        return type(self).block_aggregation(self.in_dim, self.out_dim, n_src, n_dst, entries)[0]
+
+    def aggregates_operator_first(self, block_op: SparseOperator) -> bool:
+        n_dst, n_src = block_op.shape
+        return self.aggregates_block_first(n_src, n_dst, block_op.nnz)
 
     @classmethod
     def update_memory(cls, in_dim: int, out_dim: int, **layer_options) -> tuple[int, int]:

@@ -17,6 +17,7 @@ class DistSAGEConv(DistConv):
     needs_root = True
     self_loops = False
     takes_sparse_input = True
+    block_order_by_work = True  # forward_block: _BlockUpdate aggregates first, the base class transforms first
 
     def __init__(self, in_dim, out_dim, operator, exchanger, slot, blocked=None):
         super().__init__(in_dim, out_dim, operator, exchanger, slot, blocked)
@@ -45,7 +46,7 @@ class DistSAGEConv(DistConv):
         return 1 if aggregate_first else 2  # _BlockUpdate adds the root rows' gradient into the aggregation's
 
     def forward_block(self, h_src: torch.Tensor, block_op: SparseOperator, ids: torch.Tensor | None = None):
-        if not self.aggregate_first:
+        if not self.aggregates_operator_first(block_op):
             return super().forward_block(h_src, block_op, ids)
         return _BlockUpdate.apply(h_src, block_op, self.lin_l.weight, self.lin_l.bias, self.lin_r.weight)
 

@@ -144,19 +144,22 @@ def _step(live: Liveness, batch: BatchShape, config: PlanConfig, widths) -> None
     loops = 1 if conv.self_loops else 0
     live.alloc("relabelling table", _relabel_bytes(batch))
     live.alloc("prepared batch", _prepared_bytes(batch, widths[0][0]))
+    # each layer's order on this batch's blocks (DistConv.block_aggregation): (aggregates first, width aggregated)
+    orders = [conv.block_aggregation(i, o, levels[L - k], levels[L - k - 1], batch.edges[k] + loops * levels[L - k - 1],
+                                     **options) for k, (i, o, options) in enumerate(widths)]
     operators, input_needs_grad = 0, False  # a batch's input rows need no gradient
-    for k, ((i, o, options), edges) in enumerate(zip(widths, batch.edges)):
+    for k, edges in enumerate(batch.edges):
         rows_in, rows_out = levels[L - k], levels[L - k - 1]
         entries = edges + loops * rows_out
         operators += entries * ENTRY_BYTES + (rows_out + 1) * CSR_INDEX + rows_out * FLOAT  # the matrix, the counts
-        if conv.block_needs_transpose(conv.aggregation(i, o, **options)[0], input_needs_grad):
+        if conv.block_needs_transpose(orders[k][0], input_needs_grad):
             operators += entries * ENTRY_BYTES + (rows_in + 1) * CSR_INDEX
         input_needs_grad = True
     live.alloc("block operators", operators)
     p = model.dropout
     for k, (i, o, options) in enumerate(widths):
         rows_in, rows_out = levels[L - k], levels[L - k - 1]
-        aggregate_first, w = conv.aggregation(i, o, **options)
+        aggregate_first, w = orders[k]
         # dropout: a new tensor for layer 0's input (the batch's rows are kept), in place after a ReLU; a packed mask
         live.alloc(f"layer {k} input", rows_in * i * FLOAT if k == 0 and p > 0 else 0)
         if k > 0:
@@ -178,7 +181,7 @@ def _step(live: Liveness, batch: BatchShape, config: PlanConfig, widths) -> None
     live.rename("layer output", "output gradient")
     for k in reversed(range(L)):
         (i, o, options), rows_in, rows_out = widths[k], levels[L - k], levels[L - k - 1]
-        aggregate_first, w = conv.aggregation(i, o, **options)
+        aggregate_first, w = orders[k]
         edges = batch.edges[k] + loops * rows_out
         if conv.attention:
             heads = options.get("heads", 1)
