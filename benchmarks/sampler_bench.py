@@ -8,8 +8,9 @@ the same fanouts (gnn-dist lists them from the seeds outwards; DGL's NeighborSam
 15,10,5 here is [5, 10, 15] there), into blocks whose targets are a prefix of their sources: gnn-dist's
 DistributedSampler.sample at P=1 (the rank owns the whole graph: no requests travel), DGL's
 NeighborSampler.sample_blocks (sample_neighbors, then to_block). One thread, one process each; the sides
-alternate round by round. DGL runs in its own virtual environment (--dgl-python; never a dependency of
-gnn-dist: docs in the issue that asked for this), on the same graph, written once as an .npz file.
+alternate round by round, and so does which goes first (--train's whole epochs too). DGL runs in its own
+virtual environment (--dgl-python; never a dependency of gnn-dist: docs in the issue that asked for this), on
+the same graph, written once as an .npz file.
 """
 from __future__ import annotations
 
@@ -117,25 +118,31 @@ def gnn_dist_epochs(parts: Path, fanouts: list[int], batch: int, epochs: int) ->
     return times
 
 
-def whole_epochs(args, parts: Path, npz: Path, fanouts: list[int], env: dict) -> dict[str, list[float]]:
+def whole_epochs(args, parts: Path, npz: Path, fanouts: list[int], env: dict,
+                 dgl_first: bool = False) -> dict[str, list[float]]:
     """Seconds per whole sampled GraphSAGE epoch: gnn-dist at P=1 (`mpiexec -n 1 gnn-dist train --mode sampled`,
-    its epochs after the first) and DGL's DataLoader loop."""
+    its epochs after the first) and DGL's DataLoader loop, DGL's first when dgl_first (rounds alternate, so the
+    host's drift over minutes falls on both sides alike)."""
     from gnn_dist.benchmarks.common import run_train
 
-    times = {}
-    final = run_train(1, parts, Path(args.out) / "train.jsonl",
-                      ["--mode", "sampled", "--model", "sage", "--hidden", str(args.hidden), "--num-layers",
-                       str(len(fanouts)), "--fanouts", ",".join(map(str, fanouts)), "--batch-size",
-                       str(args.batch_size), "--epochs", str(args.epochs + 1), "--eval-every", "1000"])
-    times["gnn-dist"] = [r["epoch_s"] for r in final["per_epoch"][1:]]
-    if args.dgl_python:
+    def ours() -> list[float]:
+        final = run_train(1, parts, Path(args.out) / "train.jsonl",
+                          ["--mode", "sampled", "--model", "sage", "--hidden", str(args.hidden), "--num-layers",
+                           str(len(fanouts)), "--fanouts", ",".join(map(str, fanouts)), "--batch-size",
+                           str(args.batch_size), "--epochs", str(args.epochs + 1), "--eval-every", "1000"])
+        return [r["epoch_s"] for r in final["per_epoch"][1:]]
+
+    def dgl() -> list[float]:
         done = subprocess.run([args.dgl_python, "-c", DGL_TRAIN, str(npz), ",".join(map(str, fanouts[::-1])),
                                str(args.batch_size), str(args.epochs + 1), str(args.hidden)], capture_output=True,
                               text=True, env=env, timeout=7200)
         if done.returncode != 0:
             raise RuntimeError(f"DGL's training loop failed:\n{done.stderr[-2000:]}")
-        times["dgl"] = json.loads(done.stdout.splitlines()[-1])["epoch_s"][1:]
-    return times
+        return json.loads(done.stdout.splitlines()[-1])["epoch_s"][1:]
+
+    sides = {"gnn-dist": ours, "dgl": dgl} if args.dgl_python else {"gnn-dist": ours}
+    order = sorted(sides, key=lambda side: side != "dgl") if dgl_first else list(sides)
+    return {side: sides[side]() for side in order}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         trained = {}
         if args.train:
             for r in range(args.rounds):
-                for side, times in whole_epochs(args, parts, npz, fanouts, env).items():
+                for side, times in whole_epochs(args, parts, npz, fanouts, env, dgl_first=r % 2 == 1).items():
                     trained.setdefault(side, []).append(statistics.median(times))
                     print(f"round {r} {side}: whole epoch {trained[side][-1]:.3f} s", file=sys.stderr, flush=True)
     medians = {side: [statistics.median(t) for t in runs] for side, runs in raw.items() if runs}
