@@ -240,7 +240,8 @@ def test_a_sampled_step_equals_pyg_replaying_the_same_blocks(typed_parts, model,
     hidden = 8
     results = one_sampled_step(typed_parts[num_parts], num_parts, model, hidden, heads)
     g2o = orig_of_global(typed_parts[num_parts], num_parts)
-    # a batch holds every training paper of its rank (recycled to fill the batch, as homogeneous batches are)
+    # a batch holds every training paper of its rank (recycled up to the largest rank's count, as homogeneous
+    # batches are)
     seeds = {int(i) for r in results for i in g2o[r["node_ids"][:len(r["targets"])]]}
     assert seeds == set(np.flatnonzero(arrays["train_mask"]).tolist())
     loss, theirs, embs = replay(results, arrays, typed_parts[num_parts], num_parts, model, hidden, heads)

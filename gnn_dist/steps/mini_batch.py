@@ -2,10 +2,12 @@
 
 Each rank draws batches from the training nodes it owns, shuffled per epoch
 by a generator keyed on (seed, epoch, rank). All ranks run the same number of
-steps per epoch, agreed up front (the largest ceil(n_train / batch) over
-ranks); a rank with fewer training nodes recycles its shuffled list (a rank
-with none runs empty steps, still answering sampling and feature requests),
-so no rank waits at a collective. Gradients of the summed loss are summed
+steps per epoch, agreed up front: every rank draws as many training nodes
+as the rank with the most (n_max), in ceil(n_max / batch) steps, the last
+one partial where the batch does not divide n_max; a rank with fewer
+recycles its shuffled list up to n_max (a rank with none runs empty steps,
+still answering sampling and feature requests), so no rank waits at a
+collective and every node is drawn at least once an epoch. Gradients of the summed loss are summed
 with one Allreduce per step, which also carries the global number of seeds
 that scales them. Validation and test accuracy come from the exact
 full-batch forward (gnn_dist.steps.evaluation.evaluate).
@@ -64,11 +66,13 @@ class MiniBatchMode:
         self.params = replicated_parameters(state.model)
         self.flat = flat_buffer(self.params, extras=2)  # gradients, then the loss sum and the number of seeds
         self.train_local = self.training_items(part)
-        steps = torch.tensor([float(-(-len(self.train_local) // config.batch_size))],
-                             dtype=torch.float64)  # host: a count reduced over the host communicator
+        largest = torch.tensor([float(len(self.train_local))],
+                               dtype=torch.float64)  # host: a count reduced over the host communicator
         if ctx.size > 1:
-            ctx.comm.allreduce_(steps, op="max")
-        self.steps = int(steps.item())
+            ctx.comm.allreduce_(largest, op="max")
+        # every rank draws as many items an epoch as the rank with the most: its own, then its list again
+        self.items_per_epoch = int(largest.item())
+        self.steps = -(-self.items_per_epoch // config.batch_size)
         self.labels = state.graph.y
         self.caching = config.feature_cache_mb > 0 and config.sampling == "remote"
         if self.caching:
@@ -134,10 +138,12 @@ class MiniBatchMode:
         rng = np.random.default_rng([self.state.config.seed, epoch, self.state.ctx.rank])
         if len(self.train_local) == 0:
             return [np.zeros(0, dtype=np.int64)] * self.steps
-        needed = self.steps * self.config.batch_size
+        needed = self.items_per_epoch
         order = np.concatenate([rng.permutation(self.train_local)
-                                for _ in range(-(-needed // len(self.train_local)))])
+                                for _ in range(-(-needed // len(self.train_local)))])[:needed]
         b = self.config.batch_size
+        # the last batch is partial where the largest count is not a multiple of the batch (as DGL's and PyG's
+        # loaders end an epoch), rather than recycling nodes to fill it
         return [order[i * b:(i + 1) * b] for i in range(self.steps)]
 
     def _fill_cache(self) -> None:
