@@ -160,6 +160,7 @@ class DistConv(nn.Module):
         return type(self).block_aggregation(self.in_dim, self.out_dim, n_src, n_dst, entries)[0]
 
     def aggregates_operator_first(self, block_op: SparseOperator) -> bool:
+        """aggregates_block_first for a built block operator (what forward_block asks)."""
         n_dst, n_src = block_op.shape
         return self.aggregates_block_first(n_src, n_dst, block_op.nnz)
 

@@ -7,9 +7,9 @@ as the rank with the most (n_max), in ceil(n_max / batch) steps, the last
 one partial where the batch does not divide n_max; a rank with fewer
 recycles its shuffled list up to n_max (a rank with none runs empty steps,
 still answering sampling and feature requests), so no rank waits at a
-collective and every node is drawn at least once an epoch. Gradients of the summed loss are summed
-with one Allreduce per step, which also carries the global number of seeds
-that scales them. Validation and test accuracy come from the exact
+collective and every node is drawn at least once an epoch. Gradients of the
+summed loss are summed with one Allreduce per step, which also carries the
+global number of seeds that scales them. Validation and test accuracy come from the exact
 full-batch forward (gnn_dist.steps.evaluation.evaluate).
 
 What a batch is and what its loss is belong to the task: `MiniBatchMode`
