@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         sampled = ["--mode", "sampled", "--fanouts", args.fanouts, "--batch-size", str(args.batch_size)] \
             if args.mode == "sampled" else []
         per_round = {"gnn-dist": [], "dgl": [], **({"gnn-dist P=2": []} if args.p2 else {})}
-        seeds_per_s = {"gnn-dist": [], "gnn-dist P=2": []}  # sampled: every rank's seeds (a batch recycles to fill)
+        seeds_per_s = {"gnn-dist": [], "gnn-dist P=2": []}  # sampled: every rank's seeds (up to the largest rank's count)
         for r in range(args.rounds):
             sides = ("gnn-dist", "dgl") if r % 2 == 0 else ("dgl", "gnn-dist")
             for side in sides + (("gnn-dist P=2",) if args.p2 else ()):
