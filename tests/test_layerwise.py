@@ -124,13 +124,15 @@ def whole_part_operator(part) -> tuple[int, int, int]:
 
 
 def record_operator_builds(monkeypatch) -> list:
-    """Every SparseOperator.from_coo call as (rows, cols, nnz, with_transpose)."""
+    """Every SparseOperator.from_coo call as (rows, cols, nnz, with_transpose, under no_grad). Evaluation runs
+    under no_grad; training builds its sampled blocks with gradients on (an input layer's may lack its transpose
+    too: gnn_dist.steps.mini_batch.MiniBatchMode.block_operators)."""
     built = []
     real = spmm_module.SparseOperator.from_coo.__func__
 
-    def recording(cls, rows, cols, values, shape, with_transpose=True):
-        built.append((int(shape[0]), int(shape[1]), int(cols.numel()), with_transpose))
-        return real(cls, rows, cols, values, shape, with_transpose)
+    def recording(cls, rows, cols, values, shape, with_transpose=True, **options):
+        built.append((int(shape[0]), int(shape[1]), int(cols.numel()), with_transpose, not torch.is_grad_enabled()))
+        return real(cls, rows, cols, values, shape, with_transpose, **options)
 
     monkeypatch.setattr(spmm_module.SparseOperator, "from_coo", classmethod(recording))
     return built
@@ -154,6 +156,7 @@ def test_only_full_batch_mode_builds_the_whole_part_operator(partitioned, monkey
 
     no_operator = run_fake_ranks(num_parts, rank_fn)
     whole_built = [b for b in built if b[:3] in whole and b[3]]
+    assert any(not b[4] for b in built)  # training built its blocks
     if mode == "full":
         # The control: full-batch training builds each part's operator (with its transpose) once.
         assert no_operator == [False] * num_parts
@@ -162,10 +165,11 @@ def test_only_full_batch_mode_builds_the_whole_part_operator(partitioned, monkey
     assert no_operator == [True] * num_parts
     assert whole_built == []
     # Evaluation built forward-only rows chunk by chunk: per layer, every owned row of every part once.
-    eval_chunks = [b for b in built if not b[3]]
-    assert eval_chunks and max(rows for rows, *_ in eval_chunks) <= chunk
+    eval_chunks = [b for b in built if b[4]]
+    assert eval_chunks and not any(b[3] for b in eval_chunks)
+    assert max(rows for rows, *_ in eval_chunks) <= chunk
     assert sum(rows for rows, *_ in eval_chunks) == num_layers * sum(part.n_owned for part in parts)
-    assert sum(nnz for _, _, nnz, _ in eval_chunks) == num_layers * sum(nnz for *_, nnz in whole)
+    assert sum(nnz for _, _, nnz, *_ in eval_chunks) == num_layers * sum(nnz for *_, nnz in whole)
 
 
 PHASES_PROBE = """
