@@ -6,6 +6,7 @@
 // loop runs over the contiguous feature dimension so the compiler vectorises it.
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -25,7 +26,7 @@ static void on_host(std::initializer_list<torch::Tensor> tensors, const char* ke
 // The rows an entry reads (of x in the SpMM, of the source or gradient rows in attention) are random, so each
 // one's first lines miss: the kernels' loops over entries ask for the row of the entry kAhead entries on (past
 // the row's end too: a sampled block's rows hold a handful of entries) while they work on the current one.
-// Measured on a sampled block's input layer (125k entries of 128 floats from 45.7k rows, Zen 2, one thread):
+// Measured on a sampled block's input layer (125k entries of 128 floats from 45.7k rows, Zen 4, one thread):
 // 7.9 ms without, 3.7-6.0 ms with 4 ahead (2 and 8 within the noise of it).
 constexpr int64_t kAhead = 4;
 
@@ -469,9 +470,10 @@ class Relabel {
     int64_t* pos = positions.data_ptr<int64_t>();
     const int64_t before = size_;
     std::vector<int64_t> fresh;
-    constexpr int64_t kAhead = 8;  // the slot of a source this far ahead, asked for early: the probes are misses
+    constexpr int64_t kSlotsAhead = 8;  // a later source's slot, asked for early: the probes are misses
     for (int64_t j = 0; j < s; ++j) {
-      if (j + kAhead < s) __builtin_prefetch(&table_[splitmix64(static_cast<uint64_t>(sp[j + kAhead])) & mask_]);
+      if (j + kSlotsAhead < s)
+        __builtin_prefetch(&table_[splitmix64(static_cast<uint64_t>(sp[j + kSlotsAhead])) & mask_]);
       if (2 * (used_.size() + 1) > table_.size()) grow(2 * table_.size());
       Entry& e = table_[find(sp[j])];
       if (e.key == -1) {
