@@ -144,13 +144,14 @@ def _step(live: Liveness, batch: BatchShape, config: PlanConfig, widths) -> None
     loops = 1 if conv.self_loops else 0
     live.alloc("relabelling table", _relabel_bytes(batch))
     live.alloc("prepared batch", _prepared_bytes(batch, widths[0][0]))
-    # each layer's order on this batch's blocks (DistConv.block_aggregation): (aggregates first, width aggregated)
-    orders = [conv.block_aggregation(i, o, levels[L - k], levels[L - k - 1], batch.edges[k] + loops * levels[L - k - 1],
-                                     **options) for k, (i, o, options) in enumerate(widths)]
+    # each layer's operator entries (its block's edges, and a self loop per target where the model adds them),
+    # and its order on this batch's block (DistConv.block_aggregation): (aggregates first, width aggregated)
+    layer_entries = [batch.edges[k] + loops * levels[L - k - 1] for k in range(L)]
+    orders = [conv.block_aggregation(i, o, levels[L - k], levels[L - k - 1], layer_entries[k], **options)
+              for k, (i, o, options) in enumerate(widths)]
     operators, input_needs_grad = 0, False  # a batch's input rows need no gradient
-    for k, edges in enumerate(batch.edges):
+    for k, entries in enumerate(layer_entries):
         rows_in, rows_out = levels[L - k], levels[L - k - 1]
-        entries = edges + loops * rows_out
         operators += entries * ENTRY_BYTES + (rows_out + 1) * CSR_INDEX + rows_out * FLOAT  # the matrix, the counts
         if conv.block_needs_transpose(orders[k][0], input_needs_grad):
             operators += entries * ENTRY_BYTES + (rows_in + 1) * CSR_INDEX
@@ -182,7 +183,7 @@ def _step(live: Liveness, batch: BatchShape, config: PlanConfig, widths) -> None
     for k in reversed(range(L)):
         (i, o, options), rows_in, rows_out = widths[k], levels[L - k], levels[L - k - 1]
         aggregate_first, w = orders[k]
-        edges = batch.edges[k] + loops * rows_out
+        edges = layer_entries[k]
         if conv.attention:
             heads = options.get("heads", 1)
             extra = torch_backward_elements(edges, heads, o // heads) if torch_kernels(config) else 0
