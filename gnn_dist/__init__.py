@@ -1,6 +1,13 @@
 """gnn-dist: distributed full-batch and sampled GNN training over partitioned graphs with MPI.
 
-The Python API for user scripts (see examples/train_gcn.py):
+Your own PyG model in your own loop (docs/your-model.md, examples/pyg_*.py):
+
+    import gnn_dist as gd
+    ctx = gd.init(); data = gd.load_partition("parts/", ctx)
+    model = gd.distribute(Net(data.num_features, 64, data.num_classes), data)
+    loss = gd.cross_entropy(model(data.x, data.edge_index), data.y, data.train_mask)
+
+The built-in models' training loop (see examples/train_gcn.py):
 
     from gnn_dist import ModelConfig, RankContext, TrainConfig, make_world_comm, train
     final = train(RankContext(make_world_comm()), TrainConfig(parts="parts/", model=ModelConfig()))
@@ -30,6 +37,13 @@ _API = {
     "RankContext": "gnn_dist.context", "SetupError": "gnn_dist.context",
     "register_model": "gnn_dist.models", "register_schedule": "gnn_dist.schedules",
     "train": "gnn_dist.training",
+    # your model, your loop (docs/your-model.md)
+    "init": "gnn_dist.pyg.reductions", "all_reduce": "gnn_dist.pyg.reductions",
+    "replicated": "gnn_dist.pyg.reductions", "cross_entropy": "gnn_dist.pyg.reductions",
+    "accuracy": "gnn_dist.pyg.reductions", "degree_histogram": "gnn_dist.pyg.reductions",
+    "load_partition": "gnn_dist.pyg.part_data",
+    "distribute": "gnn_dist.pyg.wrapper", "with_halo": "gnn_dist.pyg.halo_hooks",
+    "save": "gnn_dist.pyg.checkpoint", "load": "gnn_dist.pyg.checkpoint",
 }
 __all__ = sorted(_API)
 __version__ = "0.1.0"

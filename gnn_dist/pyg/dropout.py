@@ -1,0 +1,85 @@
+"""Dropout inside a wrapped forward, keyed so that its masks do not depend on P.
+
+torch.nn.Dropout and F.dropout draw from torch's generator, whose state differs between ranks holding
+different rows. Inside a wrapped forward, gnn-dist's F.dropout draws each element from a hash of (seed, step,
+the pass's dropout call, the row's original id, the column) instead: node rows are keyed by their original
+node ids (owned rows, or [owned | halo] rows), and inside a propagate or an edge update, per-edge tensors
+(attention coefficients) by their edge's original (source, target) ids. A tensor that is none of those raises,
+naming its size. Outside a wrapped forward, or when not training, F.dropout is torch's own.
+
+`keep_mask_for` is the one mask function: the tests patch it into plain PyG as the reference.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gnn_dist.kernels.keyed_random import column_hash, id_hash, mix32, stream_key, to_int32
+from gnn_dist.pyg import passes
+from gnn_dist.pyg.part_data import WITH_HALO
+
+_ORIGINAL = None
+_EDGE_KEY = 0x68E31DA4  # separates an edge's target half of the key from its source half
+
+
+def install() -> None:
+    """Route F.dropout (which torch.nn.Dropout calls too) through the keyed one (once per process)."""
+    global _ORIGINAL
+    if _ORIGINAL is None:
+        _ORIGINAL = F.dropout
+        F.dropout = keyed_or_torch_dropout
+
+
+def dropout_key(seed: int, step: int, call: int) -> int:
+    """The key of a pass's call-th dropout at a training step."""
+    return stream_key(seed, step, call)
+
+
+def row_hashes(ids: torch.Tensor, key: int, target_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """int32 [rows]: one word per node (original ids), or per edge when target_ids is given."""
+    words = id_hash(ids, key)
+    if target_ids is not None:
+        words = mix32(words ^ id_hash(target_ids, to_int32(key ^ _EDGE_KEY)))
+    return words
+
+
+def keep_mask_for(rows: torch.Tensor, num_cols: int, p: float) -> torch.Tensor:
+    """bool [len(rows), num_cols]: True where an element is kept (probability 1 - p), from row hashes."""
+    threshold = int(p * (1 << 32)) - (1 << 31)
+    return mix32(rows[:, None] ^ column_hash(num_cols, rows.device)[None, :]) >= threshold
+
+
+def apply_mask(x: torch.Tensor, rows: torch.Tensor, p: float) -> torch.Tensor:
+    """Inverted dropout of x [n, *] with row hashes rows [n]."""
+    if p >= 1.0:
+        return x * 0.0
+    flat = x.reshape(x.shape[0], -1)
+    keep = keep_mask_for(rows, flat.shape[1], p)
+    return (flat * keep.to(x.dtype) * (1.0 / (1.0 - p))).reshape(x.shape)
+
+
+def keyed_or_torch_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    active = passes.current()
+    if active is None or not training or p == 0.0 or not isinstance(input, torch.Tensor):
+        return _ORIGINAL(input, p, training, inplace)
+    key = dropout_key(active.seed, active.step, active.dropout_calls)
+    active.dropout_calls += 1
+    graph = active.graph
+    rows = input.shape[0] if input.dim() else 0
+    if active.edges is not None and rows == active.edges.shape[1]:
+        ids = graph.all_ids
+        return apply_mask(input, row_hashes(ids[active.edges[0]], key, ids[active.edges[1]]), p)
+    if rows == graph.n_owned:
+        full = getattr(input, WITH_HALO, None)
+        if full is None:
+            return apply_mask(input, row_hashes(graph.node_ids, key), p)
+        # the halo rows masked alike (keys are original ids), so the next layer still needs no exchange
+        masked_full = apply_mask(full, row_hashes(graph.all_ids, key), p)
+        out = masked_full[:graph.n_owned]
+        setattr(out, WITH_HALO, masked_full)
+        return out
+    if rows == graph.n_all:
+        return apply_mask(input, row_hashes(graph.all_ids, key), p)
+    raise ValueError(f"dropout on a tensor of {rows} rows: gnn-dist keys each mask by the rows' original node or "
+                     f"edge ids, and these rows are neither the {graph.n_owned} owned nodes, the {graph.n_all} "
+                     f"[owned | halo] rows nor the edges of a propagate; apply dropout to node or edge tensors")

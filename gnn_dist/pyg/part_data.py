@@ -1,0 +1,149 @@
+"""gd.load_partition: a rank's part as a torch_geometric Data, and the halo graph behind it (`PartGraph`).
+
+What the user handles holds owned rows only: x, y, the masks and n_id (original ids) have one row per owned
+node, and edge_index every in-edge of an owned node in local ids, sources in [owned | halo] (owned rows
+first), targets always owned. The halo rows live in the PartGraph, which the wrapped model's layers ask for
+them (gnn_dist.pyg.halo_hooks). data.x is a view of the owned rows of the cached [owned | halo] input features,
+fetched once here, so a first layer reading data.x exchanges nothing per step (as --model gcn's first layer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from gnn_dist.comm.codec import make_codec
+from gnn_dist.comm.communicator import first_failure
+from gnn_dist.context import RankContext, SetupError
+from gnn_dist.halo.exchange import HaloExchanger
+from gnn_dist.halo.plan import HaloPlan
+from gnn_dist.partition.format import load_meta, load_part
+from gnn_dist.schedules import parse_schedule
+
+# The attribute of a tensor of owned rows that holds the same rows with the halo's appended, where gnn-dist
+# knows them without an exchange (data.x, and what keyed dropout made of it).
+WITH_HALO = "gnn_dist_with_halo"
+
+
+@dataclass
+class PartGraph:
+    """The rank's halo: the plan, the exchanger, the original ids of [owned | halo] rows, caches of the part."""
+
+    ctx: RankContext
+    plan: HaloPlan
+    exchanger: HaloExchanger
+    node_ids: torch.Tensor    # int64 [n_owned]
+    halo_ids: torch.Tensor    # int64 [n_halo]
+    edge_index: torch.Tensor  # int64 [2, E]: data.edge_index
+    num_parts: int
+    directory: str
+    # gcn_norm's results for the part's own edges (gnn_dist.pyg.gcn_norm): (improved, self loops, dtype) -> ...
+    norm_cache: dict = field(default_factory=dict)
+    wrapped: bool = False   # whether a model was distributed over it (one schedule per exchanger)
+
+    @property
+    def n_owned(self) -> int:
+        return self.plan.n_owned
+
+    @property
+    def n_all(self) -> int:
+        return self.plan.n_owned + self.plan.n_halo
+
+    @property
+    def all_ids(self) -> torch.Tensor:
+        return torch.cat([self.node_ids, self.halo_ids])
+
+    def configure(self, schedule: str, halo_dtype: str | None, seed: int) -> None:
+        """The schedule and wire format of the model's exchanges (gd.distribute's options)."""
+        self.exchanger.schedule = parse_schedule(schedule, seed)
+        self.exchanger.codec = make_codec(halo_dtype or "fp32", seed, self.ctx.rank)
+
+    def with_halo(self, x: torch.Tensor, slot: str) -> torch.Tensor:
+        """[owned | halo] rows of x (differentiable; a collective: every rank calls it alike).
+
+        Shapes: [n_owned, *] -> [n_owned + n_halo, *]
+        """
+        known = getattr(x, WITH_HALO, None)
+        if known is not None:
+            return known
+        if x.shape[0] != self.n_owned:
+            raise ValueError(f"{slot}: a tensor of {x.shape[0]} rows reached the halo exchange, which takes one row "
+                             f"per owned node ({self.n_owned} on rank {self.ctx.rank})")
+        if x.is_floating_point() is False:
+            raise ValueError(f"{slot}: gnn-dist exchanges floating-point node tensors only (got {x.dtype})")
+        flat = x.reshape(x.shape[0], -1)
+        return self.exchanger.gather(flat, slot).reshape(self.n_all, *x.shape[1:])
+
+    def input_with_halo(self, x: torch.Tensor, slot: str) -> torch.Tensor:
+        """[owned | halo] rows of a tensor that is an input of the model, exactly (fp32 rows, whatever the
+        schedule and --halo-dtype): degrees for the normalisation. Differentiable."""
+        flat = x.reshape(x.shape[0], -1)
+        return self.exchanger.gather_inputs(flat, slot).reshape(self.n_all, *x.shape[1:])
+
+
+def _build(ctx: RankContext, directory: str, dtype: torch.dtype | None):
+    meta = load_meta(directory)
+    ctx.check_num_parts(meta.num_parts, directory)
+    if meta.hetero is not None:
+        raise SetupError(f"{directory} holds a typed graph: gd.load_partition reads homogeneous partitions so far; "
+                         f"train it with gnn-dist train --model rgcn|rgat")
+    if meta.task != "node":
+        raise SetupError(f"{directory} was partitioned for --task {meta.task}: gd.load_partition reads node "
+                         f"classification partitions; re-partition without --task {meta.task}")
+    part = load_part(directory, ctx.rank, meta)
+    return meta, part
+
+
+def load_partition(directory: str, ctx: RankContext, dtype: torch.dtype | None = None):
+    """This rank's part of a partition directory as a torch_geometric.data.Data of its owned rows.
+
+    A collective: every rank calls it (the halo's input features are fetched here, once). dtype: the
+    floating-point type of x (default: as stored, float32).
+    """
+    from torch_geometric.data import Data
+
+    try:
+        (meta, part), error = _build(ctx, str(directory), dtype), None
+    except (ValueError, OSError, SetupError) as err:
+        (meta, part), error = (None, None), str(err)
+    failure = first_failure(ctx.comm, error)
+    if failure:
+        rank, message, everyone_alike = failure
+        raise SetupError(message if everyone_alike else f"rank {rank}: {message}")
+
+    plan = HaloPlan.from_part(part)
+    exchanger = HaloExchanger(ctx.comm, plan)
+    x = torch.from_numpy(np.ascontiguousarray(part.x))
+    if dtype is not None:
+        x = x.to(dtype)
+    halo_x = exchanger.fetch_once(x) if meta.num_parts > 1 else x[:0]
+    x_full = torch.cat([x, halo_x])
+    exchanger.counters.reset()  # set-up's fetch is not a step's traffic
+
+    counts = np.diff(part.indptr)
+    targets = np.repeat(np.arange(part.n_owned, dtype=np.int64), counts)
+    edge_index = torch.from_numpy(np.stack([part.indices.astype(np.int64), targets]))
+    graph = PartGraph(ctx=ctx, plan=plan, exchanger=exchanger, node_ids=torch.from_numpy(part.node_ids.copy()),
+                      halo_ids=torch.from_numpy(part.halo_ids.copy()), edge_index=edge_index,
+                      num_parts=meta.num_parts, directory=str(directory))
+    owned_x = x_full[:part.n_owned]
+    setattr(owned_x, WITH_HALO, x_full)
+    data = Data(x=owned_x, edge_index=edge_index, y=torch.from_numpy(part.y.copy()),
+                train_mask=torch.from_numpy(part.train_mask.copy()), val_mask=torch.from_numpy(part.val_mask.copy()),
+                test_mask=torch.from_numpy(part.test_mask.copy()), n_id=graph.node_ids,
+                halo_n_id=graph.halo_ids, num_nodes=part.n_owned)
+    data.num_classes = int(meta.num_classes)
+    data._gnn_dist = graph  # an underscore name: kept on the object, not among the Data's attributes
+    from gnn_dist.pyg.passes import last_loaded
+    last_loaded(graph)
+    return data
+
+
+def graph_of(data) -> PartGraph:
+    """The PartGraph behind a Data that gd.load_partition returned."""
+    graph = getattr(data, "_gnn_dist", None) if data is not None else None
+    if graph is None:
+        raise ValueError("gd.distribute(model, data) takes the data gd.load_partition returned (it carries the "
+                         "rank's halo); load the partition with gd.load_partition(DIR, ctx)")
+    return graph

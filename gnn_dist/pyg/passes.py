@@ -1,0 +1,63 @@
+"""The wrapped forward in progress on this thread: which part it runs on, its step, and its calls so far.
+
+PyG's layers call module-level functions (gcn_norm, F.dropout) that gnn-dist replaces once for the process
+(gnn_dist.pyg.gcn_norm, gnn_dist.pyg.dropout); the replacements act only inside a wrapped forward and read
+what they need here. It is thread-local because simulated ranks are threads of one process, each running its
+own rank's forward at the same time.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+_local = threading.local()
+
+
+@dataclass
+class Pass:
+    """One forward of a distributed model on one rank."""
+
+    graph: object           # the gnn_dist.pyg.part_data.PartGraph of the rank
+    seed: int               # dropout's seed (the same on every rank)
+    step: int               # training forwards before this one (keys dropout masks and schedules)
+    training: bool
+    dropout_calls: int = 0  # dropout calls so far in this pass: each draws its own mask
+    propagate_calls: dict = field(default_factory=dict)  # module name -> propagates so far (exchange slots)
+    # modules running on [owned | halo] inputs that gnn-dist supplied without an exchange (data.x's cached rows)
+    full_input: set = field(default_factory=set)
+    # the local edge_index of the propagate or edge update running now, for dropout on per-edge tensors
+    # (attention coefficients); None outside message passing
+    edges: torch.Tensor | None = None
+
+
+def current() -> Pass | None:
+    """The wrapped forward running on this thread, or None."""
+    return getattr(_local, "active", None)
+
+
+@contextlib.contextmanager
+def running(active: Pass):
+    outer = current()
+    _local.active = active
+    try:
+        yield active
+    finally:
+        _local.active = outer
+
+
+def last_context(ctx=None):
+    """The RankContext this thread initialised or loaded a part with last (gd.all_reduce's communicator)."""
+    if ctx is not None:
+        _local.ctx = ctx
+    return getattr(_local, "ctx", None)
+
+
+def last_loaded(graph=None):
+    """The part this thread loaded last (gd.with_halo outside a forward); with graph, records it."""
+    if graph is not None:
+        _local.loaded = graph
+        _local.ctx = graph.ctx
+    return getattr(_local, "loaded", None)

@@ -1,0 +1,230 @@
+"""gd.distribute: an unmodified PyG model over a rank's part, exact at any P.
+
+The wrapper adds no layer and renames no parameter (state_dict() has the model's own keys; .module is the
+model). It checks once that every layer can be exact under halo exchange, hooks each MessagePassing layer
+(gnn_dist.pyg.halo_hooks), broadcasts the parameters from rank 0, and after each backward sums the gradients
+over ranks: one Allreduce of every parameter's gradient in parameters() order, a parameter that got no
+gradient on a rank counting as zero, so every rank joins it whatever its loss touched.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from gnn_dist.pyg import dropout as keyed_dropout
+from gnn_dist.pyg import gcn_norm, passes
+from gnn_dist.pyg.halo_hooks import LayerHooks
+from gnn_dist.pyg.part_data import graph_of
+from gnn_dist.schedules import parse_schedule
+
+# Schedules that reweight each row's aggregation by the halo rows present (bns, adaptive) need the layer's
+# aggregation operator, which a PyG layer does not expose; the others move rows and nothing more.
+ROW_SCHEDULES = ("exact", "stale", "pipeline")
+# Layers whose output row depends on rows beyond its in-edges and their sources
+REFUSED_LAYERS = {
+    "DynamicEdgeConv": "it builds a k-nearest-neighbour graph over every node, which no rank holds",
+    "PairNorm": "it normalises by statistics over every node, which it computes on the rank's rows only",
+    "InstanceNorm": "it normalises by statistics over every node, which it computes on the rank's rows only",
+    "DiffGroupNorm": "it normalises by statistics over every node, which it computes on the rank's rows only",
+    "BatchNorm1d": "its statistics would be over this rank's rows only; statistics over every rank are not "
+                   "supported by gd.distribute yet",
+    "BatchNorm": "its statistics would be over this rank's rows only; statistics over every rank are not "
+                 "supported by gd.distribute yet",
+    "ChebConv": "it builds its Laplacian from the edges it is given (every node's out-degree), which a part "
+                "does not hold; not supported by gd.distribute yet",
+    "GraphNorm": "its statistics would be over this rank's rows only; statistics over every rank are not "
+                 "supported by gd.distribute yet",
+}
+# Aggregations whose result depends on the order of a row's in-edges, which a part does not keep
+ORDERED_AGGREGATIONS = ("LSTMAggregation", "GRUAggregation", "SortAggregation", "SetTransformerAggregation",
+                        "MLPAggregation", "EquilibriumAggregation")
+
+
+def refusal(model: nn.Module, data, schedule: str) -> str | None:
+    """Why gd.distribute cannot make this model exact on a partition (one line naming the layer), or None."""
+    from torch_geometric.nn import MessagePassing
+
+    if isinstance(model, DistributedModel):
+        return "gd.distribute was given a model it already distributed: pass model.module, or keep the wrapped one"
+    if type(model).__name__ == "OptimizedModule":
+        return ("gd.distribute was given a torch.compile'd model: PyG's propagate hooks, which carry the halo rows, "
+                "do not run under torch.compile; distribute the model itself")
+    kinds = {s.kind for s in parse_schedule(schedule).per_layer(1)}
+    if not kinds <= set(ROW_SCHEDULES):
+        return (f"--schedule {schedule}: gd.distribute supports {', '.join(ROW_SCHEDULES)} (bns and adaptive "
+                f"reweight a layer's aggregation, which a PyG layer does not expose)")
+    if data.x.dim() == 2:
+        first = next((m for m in model.modules() if isinstance(getattr(m, "in_channels", None), int)), None)
+        if first is not None and first.in_channels > 0 and first.in_channels != data.x.shape[1]:
+            return (f"the model's first layer {type(first).__name__} takes in_channels={first.in_channels} but the "
+                    f"partition has {data.x.shape[1]} features: build it with in_channels=data.num_features")
+    for name, module in model.named_modules():
+        kind = type(module).__name__
+        where = f"layer {name or 'model'} ({kind})"
+        if kind in REFUSED_LAYERS:
+            return f"{where} cannot be exact on a partition: {REFUSED_LAYERS[kind]}"
+        if isinstance(module, MessagePassing):
+            if module.flow != "source_to_target":
+                return (f"{where} uses flow='target_to_source': a part holds each owned node's in-edges only; "
+                        f"use the default flow")
+            aggregation = type(getattr(module, "aggr_module", None)).__name__
+            if aggregation in ORDERED_AGGREGATIONS:
+                return (f"{where} aggregates with {aggregation}, whose result depends on the order of a node's "
+                        f"in-edges, which a part does not keep; use a sum, mean or max aggregation")
+    return None
+
+
+class _SumGradientsAfterBackward(torch.autograd.Function):
+    """Identity on the model's output whose backward (the first node of the model's backward) has the gradient
+    sum queued for the end of the whole backward pass."""
+
+    @staticmethod
+    def forward(ctx, out, model):  # type: ignore[override]
+        ctx.model = model
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        ctx.model._queue_gradient_sum()
+        return grad, None
+
+
+class DistributedModel(nn.Module):
+    """A PyG model on a rank's part. Call it as the model itself; it returns one row per owned node."""
+
+    def __init__(self, module: nn.Module, data, schedule: str = "exact", halo_dtype: str | None = None):
+        super().__init__()
+        self.module = module
+        self._graph = graph_of(data)
+        comm = self._graph.ctx.comm
+        # dropout's seed: rank 0's, so every rank draws the same masks
+        self.seed = int(comm.allgather_object(torch.initial_seed() % (1 << 31))[0])
+        self.step = 0
+        self._graph.configure(schedule, halo_dtype, self.seed)
+        gcn_norm.install()
+        keyed_dropout.install()
+        from torch_geometric.nn import MessagePassing
+
+        self._hooks = [LayerHooks(m, name, self._graph) for name, m in module.named_modules()
+                       if isinstance(m, MessagePassing)]
+        self._lazy = any(_is_lazy(p) for p in module.parameters())
+        self._broadcast_parameters()
+        self._sum_queued = False
+        self._before: dict = {}
+
+    @property
+    def graph(self):
+        return self._graph
+
+    def paths(self) -> dict[str, str]:
+        """Which path each message-passing layer takes: 'pyg' (PyG's own message passing over [owned | halo]
+        rows)."""
+        return {hooks.name: "pyg" for hooks in self._hooks}
+
+    def forward(self, *args, **kwargs):
+        graph = self._graph
+        graph.exchanger.begin_pass(self.step, self.training)
+        active = passes.Pass(graph=graph, seed=self.seed, step=self.step, training=self.training)
+        with passes.running(active):
+            out = self.module(*args, **kwargs)
+        if self.training:
+            self.step += 1
+        if self._lazy and not any(_is_lazy(p) for p in self.module.parameters()):
+            self._lazy = False
+            self._broadcast_parameters()  # the first forward gave lazy layers their widths
+        if torch.is_grad_enabled():
+            out = _map_tensors(out, lambda t: _SumGradientsAfterBackward.apply(t, self) if t.requires_grad else t)
+        return out
+
+    def state_dict(self, *args, **kwargs):
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _parameters_in_order(self) -> list[nn.Parameter]:
+        return [p for p in self.module.parameters() if p.requires_grad and not _is_lazy(p)]
+
+    def _broadcast_parameters(self) -> None:
+        tensors = [p.data for p in self.module.parameters() if not _is_lazy(p)]
+        tensors += [b for b in self.module.buffers() if b.is_floating_point() and not _is_lazy(b)]
+        if not tensors or self._graph.ctx.size == 1:
+            return
+        comm = self._graph.ctx.comm
+        for dtype in sorted({t.dtype for t in tensors}, key=str):
+            group = [t for t in tensors if t.dtype == dtype]
+            flat = torch.cat([t.reshape(-1) for t in group])
+            comm.bcast_(flat, root=0)
+            offset = 0
+            for t in group:
+                t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
+
+    def _queue_gradient_sum(self) -> None:
+        if self._sum_queued:
+            return
+        self._sum_queued = True
+        # gradients already there (accumulated over earlier backwards) are summed already: keep them out
+        self._before = {id(p): p.grad.detach().clone() for p in self._parameters_in_order() if p.grad is not None}
+        torch.autograd.Variable._execution_engine.queue_callback(self._sum_gradients)
+
+    def _sum_gradients(self) -> None:
+        self._sum_queued = False
+        params = self._parameters_in_order()
+        if self._graph.ctx.size == 1 or not params:
+            self._before = {}
+            return
+        pieces = []
+        for p in params:
+            if p.grad is None:
+                pieces.append(torch.zeros(p.numel(), dtype=p.dtype))
+            else:
+                before = self._before.get(id(p))
+                pieces.append((p.grad if before is None else p.grad - before).reshape(-1))
+        dtypes = {piece.dtype for piece in pieces}
+        for dtype in sorted(dtypes, key=str):
+            index = [k for k, piece in enumerate(pieces) if piece.dtype == dtype]
+            flat = torch.cat([pieces[k] for k in index]).contiguous()
+            self._graph.exchanger.allreduce_(flat)
+            offset = 0
+            for k in index:
+                p = params[k]
+                summed = flat[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+                before = self._before.get(id(p))
+                p.grad = summed.clone() if before is None else before + summed
+        self._before = {}
+
+
+def _is_lazy(tensor) -> bool:
+    return isinstance(tensor, nn.parameter.UninitializedTensorMixin)
+
+
+def _map_tensors(out, fn):
+    if isinstance(out, torch.Tensor):
+        return fn(out)
+    if isinstance(out, tuple):
+        return tuple(_map_tensors(o, fn) for o in out)
+    if isinstance(out, list):
+        return [_map_tensors(o, fn) for o in out]
+    if isinstance(out, dict):
+        return {k: _map_tensors(v, fn) for k, v in out.items()}
+    return out
+
+
+def distribute(model: nn.Module, data=None, schedule: str = "exact", halo_dtype: str | None = None) -> DistributedModel:
+    """The model over this rank's part: every MessagePassing layer aggregates its owned rows' in-edges over
+    [owned | halo] rows, parameters start as rank 0's and gradients are summed over ranks after each backward.
+
+    schedule: any of --schedule's exact, stale:R, pipeline (per exchanged layer as in gnn-dist train);
+    halo_dtype: fp32 (default), fp16, bf16 or int8 for what travels. A layer that cannot be exact raises
+    ValueError naming it, on every rank alike.
+    """
+    if data is None:
+        raise ValueError("gd.distribute(model) without data (mini-batches) is not available yet: pass the "
+                         "partition's data, gd.distribute(model, gd.load_partition(DIR, ctx))")
+    graph_of(data)
+    why = refusal(model, data, schedule)
+    if why is not None:
+        raise ValueError(why)
+    return DistributedModel(model, data, schedule, halo_dtype)
