@@ -157,6 +157,33 @@ def test_an_unmodified_pyg_model_equals_the_whole_graph_at_any_p(name, graph, pa
         _assert_equal_to_reference(results, reference, graph.x.shape[0])
 
 
+def test_lazy_widths_take_rank_0s_values_before_the_first_step(graph, partitioned):
+    torch.manual_seed(0)
+    model = TwoLayers(lambda i, o: pyg.SAGEConv(-1, o) if i == graph.x.shape[1] else pyg.SAGEConv(i, o),
+                      graph.x.shape[1], graph.num_classes).double()
+    copies = [copy.deepcopy(model) for _ in range(2)]
+
+    def rank(comm):
+        data = gd.load_partition(partitioned("synthetic:tiny", 2), RankContext(comm), dtype=torch.float64)
+        wrapped = gd.distribute(copies[comm.rank], data)
+        out = wrapped(data.x, data.edge_index)  # the first forward materialises, broadcasts, then runs
+        loss = gd.cross_entropy(out, data.y, data.train_mask)
+        loss.backward()
+        state = {n: p.detach().clone() for n, p in wrapped.module.named_parameters()}
+        grads = {n: p.grad.clone() for n, p in wrapped.module.named_parameters()}
+        return data.n_id, out.detach(), loss.item(), grads, state
+
+    results = run_fake_ranks(2, rank)
+    state = results[0][4]
+    for name, value in state.items():  # both ranks hold rank 0's lazy values
+        assert torch.equal(results[1][4][name], value), name
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        reference(*_whole_graph(graph)[:2])  # widths only; the values are the ranks' own
+    reference.load_state_dict(state)
+    _assert_equal_to_reference([r[:4] for r in results], _reference(reference, graph), graph.x.shape[0])
+
+
 def test_the_degree_histogram_is_the_whole_graphs(graph, partitioned):
     def rank(comm):
         return gd.degree_histogram(gd.load_partition(partitioned("synthetic:tiny", 4), RankContext(comm)))

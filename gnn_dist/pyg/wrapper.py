@@ -122,6 +122,8 @@ class DistributedModel(nn.Module):
         return {hooks.name: "pyg" for hooks in self._hooks}
 
     def forward(self, *args, **kwargs):
+        if self._lazy:
+            self._materialise(*args, **kwargs)
         graph = self._graph
         graph.exchanger.begin_pass(self.step, self.training)
         active = passes.Pass(graph=graph, seed=self.seed, step=self.step, training=self.training)
@@ -129,12 +131,23 @@ class DistributedModel(nn.Module):
             out = self.module(*args, **kwargs)
         if self.training:
             self.step += 1
-        if self._lazy and not any(_is_lazy(p) for p in self.module.parameters()):
-            self._lazy = False
-            self._broadcast_parameters()  # the first forward gave lazy layers their widths
         if torch.is_grad_enabled():
             out = _map_tensors(out, lambda t: _SumGradientsAfterBackward.apply(t, self) if t.requires_grad else t)
         return out
+
+    def _materialise(self, *args, **kwargs) -> None:
+        """Lazy layers (in_channels=-1) take their widths from a first forward, and each rank would draw its own
+        initial values: a forward without gradients gives them their widths, rank 0's values are broadcast,
+        and only then does the real forward run, so even the first step is the same at every P."""
+        self._graph.exchanger.begin_pass(self.step, False)  # exact, and no schedule keeps anything of it
+        with torch.no_grad(), passes.running(passes.Pass(graph=self._graph, seed=self.seed, step=self.step,
+                                                         training=False)):
+            self.module(*args, **kwargs)
+        self._lazy = any(_is_lazy(p) for p in self.module.parameters())
+        if self._lazy:
+            raise ValueError("a forward left some lazy parameters without a width: gd.distribute needs every "
+                             "parameter initialised by the model's first forward")
+        self._broadcast_parameters()
 
     def state_dict(self, *args, **kwargs):
         return self.module.state_dict(*args, **kwargs)
