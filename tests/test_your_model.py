@@ -67,12 +67,26 @@ class Propagated(nn.Module):
         return self.propagation(self.lin(x), edge_index)
 
 
+class InputNormed(nn.Module):
+    """torch's BatchNorm1d on the input features, then PyG's GCN (whose input then travels: it is not data.x)."""
+
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(in_channels)
+        self.gcn = pyg_models.GCN(in_channels, HIDDEN, 2, out_channels)
+
+    def forward(self, x, edge_index):
+        return self.gcn(self.norm(x), edge_index)
+
+
 def _models(num_features: int, num_classes: int, histogram=None) -> dict:
     f, c = num_features, num_classes
     return {
         "GCN": lambda: pyg_models.GCN(f, HIDDEN, 3, c),
         "GraphSAGE": lambda: pyg_models.GraphSAGE(f, HIDDEN, 2, c),
         "GIN": lambda: pyg_models.GIN(f, HIDDEN, 2, c),
+        "GIN batch norm": lambda: pyg_models.GIN(f, HIDDEN, 3, c, norm="batch_norm"),
+        "GCN BatchNorm1d": lambda: InputNormed(f, c),
         "GAT": lambda: pyg_models.GAT(f, HIDDEN, 2, c, heads=2),
         "GATv2": lambda: pyg_models.GAT(f, HIDDEN, 2, c, heads=2, v2=True),
         "EdgeCNN": lambda: pyg_models.EdgeCNN(f, HIDDEN, 2, c),
@@ -396,7 +410,8 @@ def _refused(model_factory, parts, num_parts=2, call=None, **options):
 
 
 @pytest.mark.parametrize("case, expected", [
-    ("batch norm", "BatchNorm1d"),
+    ("graph norm", "GraphNorm"),
+    ("batch norm without statistics", "track_running_stats=True"),
     ("target to source", "flow='target_to_source'"),
     ("lstm aggregation", "LSTMAggregation"),
     ("in_channels", "in_channels=5 but the partition has"),
@@ -407,7 +422,8 @@ def _refused(model_factory, parts, num_parts=2, call=None, **options):
 def test_bad_input_gets_one_line_on_every_rank(case, expected, graph, partitioned):
     f, c = graph.x.shape[1], graph.num_classes
     factories = {
-        "batch norm": lambda: nn.Sequential(nn.BatchNorm1d(f)),
+        "graph norm": lambda: nn.Sequential(pyg.GraphNorm(f)),
+        "batch norm without statistics": lambda: nn.Sequential(nn.BatchNorm1d(f, track_running_stats=False)),
         "target to source": lambda: pyg.SAGEConv(f, c, flow="target_to_source"),
         "lstm aggregation": lambda: pyg.SAGEConv(f, c, aggr="lstm"),
         "in_channels": lambda: pyg.GCNConv(5, c),
@@ -424,3 +440,27 @@ def test_bad_input_gets_one_line_on_every_rank(case, expected, graph, partitione
     messages = _refused(factories.get(case, lambda: pyg.GCNConv(f, c)), partitioned("synthetic:tiny", 2),
                         call=call, **options)
     assert all(m is not None and expected in m and "\n" not in m for m in messages), messages
+
+
+def test_batch_norm_running_statistics_are_the_whole_graphs(graph, partitioned):
+    torch.manual_seed(0)
+    model = InputNormed(graph.x.shape[1], graph.num_classes).double()
+    reference = copy.deepcopy(model)
+    reference(*_whole_graph(graph)[:2])
+    copies = [copy.deepcopy(model) for _ in range(4)]
+
+    def rank(comm):
+        data = gd.load_partition(partitioned("synthetic:tiny", 4), RankContext(comm), dtype=torch.float64)
+        wrapped = gd.distribute(copies[comm.rank], data)
+        wrapped(data.x, data.edge_index)
+        wrapped.eval()
+        with torch.no_grad():  # evaluation normalises by the running statistics, as torch's
+            return data.n_id, wrapped(data.x, data.edge_index), dict(wrapped.module.norm.named_buffers())
+
+    reference.eval()
+    with torch.no_grad():
+        expected = reference(*_whole_graph(graph)[:2])
+    for n_id, out, buffers in run_fake_ranks(4, rank):
+        for name, value in reference.norm.named_buffers():
+            torch.testing.assert_close(buffers[name], value, rtol=1e-9, atol=1e-12, msg=name)
+        torch.testing.assert_close(out, expected[n_id], rtol=1e-9, atol=1e-12)

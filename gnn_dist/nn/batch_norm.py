@@ -32,15 +32,31 @@ class DistBatchNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training:
             return (x - self.running_mean) / torch.sqrt(self.running_var + self.eps) * self.weight + self.bias
-        return _SyncBatchNorm.apply(x, self.weight, self.bias, self)
+        return synchronised_batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var, self.eps,
+                                       self.momentum, self.exchanger.allreduce_)
+
+
+def synchronised_batch_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, running_mean: torch.Tensor,
+                            running_var: torch.Tensor, eps: float, momentum: float, allreduce_) -> torch.Tensor:
+    """Training BatchNorm of x [n, C] whose statistics span every rank's rows (allreduce_ sums a tensor over
+    ranks in place); running statistics are updated in place. Parameter gradients stay this rank's share."""
+    return _SyncBatchNorm.apply(x, weight, bias, _Statistics(running_mean, running_var, eps, momentum, allreduce_))
+
+
+class _Statistics:
+    """What the synchronised BatchNorm reads and updates besides its inputs."""
+
+    def __init__(self, running_mean, running_var, eps, momentum, allreduce_):
+        self.running_mean, self.running_var = running_mean, running_var
+        self.eps, self.momentum, self.allreduce_ = eps, momentum, allreduce_
 
 
 class _SyncBatchNorm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, module: DistBatchNorm):  # type: ignore[override]
+    def forward(ctx, x, weight, bias, module: _Statistics):  # type: ignore[override]
         c = x.shape[1]
         stats = torch.cat([x.sum(0), (x * x).sum(0), torch.tensor([float(x.shape[0])], dtype=x.dtype, device=x.device)])
-        module.exchanger.allreduce_(stats)
+        module.allreduce_(stats)
         count = stats[-1]
         if count < 2:
             raise ValueError("BatchNorm needs at least two nodes across all ranks")
@@ -64,7 +80,7 @@ class _SyncBatchNorm(torch.autograd.Function):
         local_sum_dy = grad_out.sum(0)
         local_sum_dy_xhat = (grad_out * x_hat).sum(0)
         sums = torch.cat([local_sum_dy, local_sum_dy_xhat])
-        ctx.module.exchanger.allreduce_(sums)
+        ctx.module.allreduce_(sums)
         sum_dy, sum_dy_xhat = sums[:c], sums[c:]
         grad_x = (weight * invstd / ctx.count) * (ctx.count * grad_out - sum_dy - x_hat * sum_dy_xhat)
         # Parameter gradients stay local: the trainer sums all gradients across ranks.

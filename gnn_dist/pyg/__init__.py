@@ -10,9 +10,10 @@ passes.py      the state of one wrapped forward: which part, which step, which c
 halo_hooks.py  PyG's propagate and edge-update pre-hooks: node tensors extended by their halo rows
 gcn_norm.py    gcn_norm over the whole graph's degrees (GCNConv, GCN2Conv, APPNP, SGConv, TAGConv, ...)
 dropout.py     dropout keyed by original node ids or edge (source, target) ids, the same at every P
+batch_norm.py  BatchNorm1d with statistics over every rank's rows
 wrapper.py     gd.distribute: refusals, hooks, parameter broadcast, the gradient sum after each backward
 reductions.py  gd.init, gd.all_reduce, gd.replicated, gd.cross_entropy, gd.accuracy
 checkpoint.py  gd.save / gd.load: the model, the optimizer and the step, resumable at any P
 
-May import: comm, context, halo, kernels, partition, schedules
+May import: comm, context, halo, kernels, nn, partition, schedules
 """

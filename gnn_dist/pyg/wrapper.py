@@ -13,6 +13,8 @@ from torch import nn
 
 from gnn_dist.pyg import dropout as keyed_dropout
 from gnn_dist.pyg import gcn_norm, passes
+from gnn_dist.pyg.batch_norm import synchronise
+from gnn_dist.pyg.batch_norm import unsupported as unsupported_norm
 from gnn_dist.pyg.halo_hooks import LayerHooks
 from gnn_dist.pyg.part_data import graph_of
 from gnn_dist.schedules import parse_schedule
@@ -26,13 +28,9 @@ REFUSED_LAYERS = {
     "PairNorm": "it normalises by statistics over every node, which it computes on the rank's rows only",
     "InstanceNorm": "it normalises by statistics over every node, which it computes on the rank's rows only",
     "DiffGroupNorm": "it normalises by statistics over every node, which it computes on the rank's rows only",
-    "BatchNorm1d": "its statistics would be over this rank's rows only; statistics over every rank are not "
-                   "supported by gd.distribute yet",
-    "BatchNorm": "its statistics would be over this rank's rows only; statistics over every rank are not "
-                 "supported by gd.distribute yet",
     "ChebConv": "it builds its Laplacian from the edges it is given (every node's out-degree), which a part "
                 "does not hold; not supported by gd.distribute yet",
-    "GraphNorm": "its statistics would be over this rank's rows only; statistics over every rank are not "
+    "GraphNorm": "its statistics are per graph of a batch over every node; over every rank's rows it is not "
                  "supported by gd.distribute yet",
 }
 # Aggregations whose result depends on the order of a row's in-edges, which a part does not keep
@@ -63,6 +61,8 @@ def refusal(model: nn.Module, data, schedule: str) -> str | None:
         where = f"layer {name or 'model'} ({kind})"
         if kind in REFUSED_LAYERS:
             return f"{where} cannot be exact on a partition: {REFUSED_LAYERS[kind]}"
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and unsupported_norm(module):
+            return f"{where}: {unsupported_norm(module)}"
         if isinstance(module, MessagePassing):
             if module.flow != "source_to_target":
                 return (f"{where} uses flow='target_to_source': a part holds each owned node's in-edges only; "
@@ -107,6 +107,9 @@ class DistributedModel(nn.Module):
 
         self._hooks = [LayerHooks(m, name, self._graph) for name, m in module.named_modules()
                        if isinstance(m, MessagePassing)]
+        for norm in module.modules():
+            if isinstance(norm, nn.BatchNorm1d):
+                synchronise(norm, self._graph)
         self._lazy = any(_is_lazy(p) for p in module.parameters())
         self._broadcast_parameters()
         self._sum_queued = False
