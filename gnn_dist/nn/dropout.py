@@ -64,13 +64,22 @@ def keyed_dropout(x: torch.Tensor, node_ids: torch.Tensor, key: int, p: float, t
         if relu:
             return torch.relu_(x) if inplace else torch.relu(x)
         return x
+    return row_hashed_dropout(x, id_hash(node_ids, key), p, relu, inplace)
+
+
+def row_hashed_dropout(x: torch.Tensor, row_hash: torch.Tensor, p: float, relu: bool = False,
+                       inplace: bool = False) -> torch.Tensor:
+    """keyed_dropout's mask from given row hashes (int32 [n]: a node's id_hash, or an edge's word from its two
+    ends), so rows of any kind draw the same masks through the native kernel or the torch chunks."""
+    threshold = int(p * (1 << 32)) - (1 << 31)
+    col_hash = column_hash(x.shape[1], x.device)
     native = native_module()
     # The native kernel serves host tensors only; on a GPU the torch formulation draws the same mask.
     if native is not None and x.dtype == torch.float32 and x.device.type == "cpu" and (x.is_contiguous() or not inplace):
-        return _NativeKeyedDropout.apply(x, node_ids, key, p, relu, native, inplace)
+        return _NativeKeyedDropout.apply(x, row_hash, col_hash, threshold, p, relu, native, inplace)
     if relu:
         x = torch.relu_(x) if inplace else torch.relu(x)
-    return _KeyedDropout.apply(x, node_ids, key, p)
+    return _KeyedDropout.apply(x, row_hash, col_hash, threshold, p)
 
 
 class _NativeKeyedDropout(torch.autograd.Function):
@@ -82,8 +91,7 @@ class _NativeKeyedDropout(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, node_ids, key, p, relu, native, inplace=False):  # type: ignore[override]
-        row_hash, col_hash, threshold = _mask_terms(node_ids, x.shape[1], key, p)
+    def forward(ctx, x, row_hash, col_hash, threshold, p, relu, native, inplace=False):  # type: ignore[override]
         out, mask = native.keyed_dropout(x.contiguous(), row_hash, col_hash, threshold, 1.0 / (1.0 - p), relu,
                                          inplace)
         if inplace:
@@ -97,7 +105,7 @@ class _NativeKeyedDropout(torch.autograd.Function):
     def backward(ctx, grad_out):  # type: ignore[override]
         (mask,) = ctx.saved_tensors
         grad_in = ctx.native.masked_scale(grad_out.float(), mask, ctx.scale).to(grad_out.dtype)
-        return grad_in, None, None, None, None, None, None
+        return grad_in, None, None, None, None, None, None, None
 
 
 class _KeyedDropout(torch.autograd.Function):
@@ -108,12 +116,16 @@ class _KeyedDropout(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, node_ids: torch.Tensor, key: int, p: float) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, row_hash: torch.Tensor, col_hash: torch.Tensor, threshold: int,  # type: ignore[override]
+                p: float) -> torch.Tensor:
         scale = 1.0 / (1.0 - p)
         x = x.contiguous()
         out = torch.empty_like(x)
         keep = torch.empty(x.shape, dtype=torch.bool, device=x.device)
-        for rows, kept in _keep_chunks(node_ids, x.shape[1], key, p):
+        step = max(1, _CHUNK_ELEMENTS // max(x.shape[1], 1))
+        for start in range(0, x.shape[0], step):
+            rows = slice(start, start + step)
+            kept = mix32(row_hash[rows, None] ^ col_hash[None, :]) >= threshold
             keep[rows] = kept
             torch.mul(x[rows], kept.view(torch.uint8), out=out[rows]).mul_(scale)
         ctx.save_for_backward(keep)
@@ -129,4 +141,4 @@ class _KeyedDropout(torch.autograd.Function):
         for start in range(0, grad_out.shape[0], step):
             rows = slice(start, start + step)
             torch.mul(grad_out[rows], keep[rows].view(torch.uint8), out=grad_in[rows]).mul_(ctx.scale)
-        return grad_in, None, None, None
+        return grad_in, None, None, None, None

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from gnn_dist.kernels.keyed_random import column_hash, id_hash, mix32, stream_key, to_int32
+from gnn_dist.nn.dropout import row_hashed_dropout
 from gnn_dist.pyg import passes
 from gnn_dist.pyg.part_data import WITH_HALO
 
@@ -50,12 +51,12 @@ def keep_mask_for(rows: torch.Tensor, num_cols: int, p: float) -> torch.Tensor:
 
 
 def apply_mask(x: torch.Tensor, rows: torch.Tensor, p: float) -> torch.Tensor:
-    """Inverted dropout of x [n, *] with row hashes rows [n]."""
+    """Inverted dropout of x [n, *] with row hashes rows [n] (keep_mask_for's mask, drawn by the native
+    kernel where it serves, as the built-in models' dropout)."""
     if p >= 1.0:
         return x * 0.0
     flat = x.reshape(x.shape[0], -1)
-    keep = keep_mask_for(rows, flat.shape[1], p)
-    return (flat * keep.to(x.dtype) * (1.0 / (1.0 - p))).reshape(x.shape)
+    return row_hashed_dropout(flat, rows, p).reshape(x.shape)
 
 
 def keyed_or_torch_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
