@@ -95,6 +95,11 @@ def _build(ctx: RankContext, directory: str, dtype: torch.dtype | None):
     return meta, part
 
 
+def _host(array: np.ndarray) -> torch.Tensor:
+    """A part's array as a tensor of its own."""
+    return torch.from_numpy(np.array(array))  # host: gd.load_partition's data stays on CPUs (the wrapper runs there)
+
+
 def load_partition(directory: str, ctx: RankContext, dtype: torch.dtype | None = None):
     """This rank's part of a partition directory as a torch_geometric.data.Data of its owned rows.
 
@@ -114,7 +119,7 @@ def load_partition(directory: str, ctx: RankContext, dtype: torch.dtype | None =
 
     plan = HaloPlan.from_part(part)
     exchanger = HaloExchanger(ctx.comm, plan)
-    x = torch.from_numpy(np.ascontiguousarray(part.x))
+    x = _host(part.x)
     if dtype is not None:
         x = x.to(dtype)
     halo_x = exchanger.fetch_once(x) if meta.num_parts > 1 else x[:0]
@@ -123,15 +128,15 @@ def load_partition(directory: str, ctx: RankContext, dtype: torch.dtype | None =
 
     counts = np.diff(part.indptr)
     targets = np.repeat(np.arange(part.n_owned, dtype=np.int64), counts)
-    edge_index = torch.from_numpy(np.stack([part.indices.astype(np.int64), targets]))
-    graph = PartGraph(ctx=ctx, plan=plan, exchanger=exchanger, node_ids=torch.from_numpy(part.node_ids.copy()),
-                      halo_ids=torch.from_numpy(part.halo_ids.copy()), edge_index=edge_index,
+    edge_index = _host(np.stack([part.indices.astype(np.int64), targets]))
+    graph = PartGraph(ctx=ctx, plan=plan, exchanger=exchanger, node_ids=_host(part.node_ids),
+                      halo_ids=_host(part.halo_ids), edge_index=edge_index,
                       num_parts=meta.num_parts, directory=str(directory))
     owned_x = x_full[:part.n_owned]
     setattr(owned_x, WITH_HALO, x_full)
-    data = Data(x=owned_x, edge_index=edge_index, y=torch.from_numpy(part.y.copy()),
-                train_mask=torch.from_numpy(part.train_mask.copy()), val_mask=torch.from_numpy(part.val_mask.copy()),
-                test_mask=torch.from_numpy(part.test_mask.copy()), n_id=graph.node_ids,
+    data = Data(x=owned_x, edge_index=edge_index, y=_host(part.y),
+                train_mask=_host(part.train_mask), val_mask=_host(part.val_mask),
+                test_mask=_host(part.test_mask), n_id=graph.node_ids,
                 halo_n_id=graph.halo_ids, num_nodes=part.n_owned)
     data.num_classes = int(meta.num_classes)
     data._gnn_dist = graph  # an underscore name: kept on the object, not among the Data's attributes

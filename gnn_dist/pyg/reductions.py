@@ -119,7 +119,7 @@ def cross_entropy(out: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None 
     if mask is not None:
         out, y = out[mask], y[mask]
     comm = context().comm
-    count = torch.tensor([float(y.shape[0])], dtype=torch.float64)
+    count = torch.tensor([float(y.shape[0])], dtype=torch.float64, device=out.device)
     comm.allreduce_(count)
     if count.item() == 0:
         raise ValueError("gd.cross_entropy: no rank has a row under the mask: check the partition's masks")
@@ -136,7 +136,8 @@ def accuracy(out: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = Non
     correct = out.argmax(dim=-1) == y
     if mask is not None:
         correct = correct[mask]
-    counts = torch.tensor([float(correct.sum().item()), float(correct.shape[0])], dtype=torch.float64)
+    counts = torch.tensor([float(correct.sum().item()), float(correct.shape[0])], dtype=torch.float64,
+                          device=out.device)
     context().comm.allreduce_(counts)
     return float(counts[0] / counts[1]) if counts[1] > 0 else float("nan")
 
@@ -146,7 +147,8 @@ def degree_histogram(data) -> torch.Tensor:
     owned nodes' in-degrees (all of their in-edges are local) and the counts are summed over ranks."""
     comm = context().comm
     degrees = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
-    longest = torch.tensor([int(degrees.max()) + 1 if degrees.numel() else 0], dtype=torch.int64)
+    longest = torch.tensor([int(degrees.max()) + 1 if degrees.numel() else 0], dtype=torch.int64,
+                           device=degrees.device)
     comm.allreduce_(longest, "max")
     histogram = torch.bincount(degrees, minlength=int(longest.item())).to(torch.int64)
     comm.allreduce_(histogram)

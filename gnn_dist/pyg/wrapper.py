@@ -193,7 +193,7 @@ class DistributedModel(nn.Module):
         pieces = []
         for p in params:
             if p.grad is None:
-                pieces.append(torch.zeros(p.numel(), dtype=p.dtype))
+                pieces.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
             else:
                 before = self._before.get(id(p))
                 pieces.append((p.grad if before is None else p.grad - before).reshape(-1))
