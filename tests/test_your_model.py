@@ -161,14 +161,31 @@ def _histogram(graph):
     return torch.from_numpy(np.bincount(degrees)).long()
 
 
+# the models whose every layer aggregates linearly (the native SpMM takes them all)
+ALL_NATIVE = {"GCN", "GraphSAGE", "GIN", "GIN batch norm", "GCN BatchNorm1d", "SAGE sum", "GraphConv",
+              "GCN improved", "TAGConv", "SGConv", "APPNP", "GCN2Conv"}
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native path", "pyg path"])
 @pytest.mark.parametrize("name", list(_models(1, 1)))
-def test_an_unmodified_pyg_model_equals_the_whole_graph_at_any_p(name, graph, partitioned):
+def test_an_unmodified_pyg_model_equals_the_whole_graph_at_any_p(name, native, graph, partitioned):
     torch.manual_seed(0)
     model = _models(graph.x.shape[1], graph.num_classes, _histogram(graph))[name]().double()
     reference = _reference(model, graph)
     for num_parts in (1, 2, 4):
-        results = _distributed(model, partitioned("synthetic:tiny", num_parts), num_parts)
+        results = _distributed(model, partitioned("synthetic:tiny", num_parts), num_parts, native=native)
         _assert_equal_to_reference(results, reference, graph.x.shape[0])
+    paths = set(gd.distribute(copy.deepcopy(model), _solo_data(partitioned)).paths().values()) if native else None
+    if native and name in ALL_NATIVE:
+        assert paths == {"native spmm"}
+    elif native:
+        assert "pyg" in paths
+
+
+def _solo_data(partitioned):
+    from gnn_dist.comm.simulated_ranks import solo_comm
+
+    return gd.load_partition(partitioned("synthetic:tiny", 1), RankContext(solo_comm()), dtype=torch.float64)
 
 
 def test_lazy_widths_take_rank_0s_values_before_the_first_step(graph, partitioned):

@@ -47,7 +47,9 @@ def takes_pairs(conv) -> bool:
 class LayerHooks:
     """The hooks of one MessagePassing layer (named as in the model) over one rank's part."""
 
-    def __init__(self, conv, name: str, graph):
+    def __init__(self, conv, name: str, graph, native: bool = True):
+        from gnn_dist.pyg import native_path
+
         self.conv, self.name, self.graph = conv, name, graph
         self.pairs = takes_pairs(conv)
         self.whole_rows = type(conv).__name__ in WHOLE_ROW_LAYERS
@@ -63,11 +65,21 @@ class LayerHooks:
         # too late to add halo rows: the layer's own edge_updater is wrapped instead
         self.edge_updater = conv.edge_updater
         conv.edge_updater = self.extended_edge_updater
+        # a linear aggregation runs on the native SpMM (gnn_dist.pyg.native_path), the rest on PyG's propagate
+        self.native = native_path.install(self) if native and native_path.takes_native_path(conv) else None
+
+    @property
+    def path(self) -> str:
+        return "native spmm" if self.native is not None else "pyg"
 
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
         self.conv.edge_updater = self.edge_updater
+        if self.native is not None:
+            from gnn_dist.pyg import native_path
+
+            native_path.remove(self.native)
 
     def extended_edge_updater(self, edge_index, size=None, **kwargs):
         extended = self._extend((edge_index, size, kwargs), self.edge_updated, "edge update ")

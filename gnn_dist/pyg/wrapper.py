@@ -92,7 +92,8 @@ class _SumGradientsAfterBackward(torch.autograd.Function):
 class DistributedModel(nn.Module):
     """A PyG model on a rank's part. Call it as the model itself; it returns one row per owned node."""
 
-    def __init__(self, module: nn.Module, data, schedule: str = "exact", halo_dtype: str | None = None):
+    def __init__(self, module: nn.Module, data, schedule: str = "exact", halo_dtype: str | None = None,
+                 native: bool = True):
         super().__init__()
         self.module = module
         self._graph = graph_of(data)
@@ -105,7 +106,7 @@ class DistributedModel(nn.Module):
         keyed_dropout.install()
         from torch_geometric.nn import MessagePassing
 
-        self._hooks = [LayerHooks(m, name, self._graph) for name, m in module.named_modules()
+        self._hooks = [LayerHooks(m, name, self._graph, native) for name, m in module.named_modules()
                        if isinstance(m, MessagePassing)]
         for norm in module.modules():
             if isinstance(norm, nn.BatchNorm1d):
@@ -120,9 +121,9 @@ class DistributedModel(nn.Module):
         return self._graph
 
     def paths(self) -> dict[str, str]:
-        """Which path each message-passing layer takes: 'pyg' (PyG's own message passing over [owned | halo]
-        rows)."""
-        return {hooks.name: "pyg" for hooks in self._hooks}
+        """Which path each message-passing layer takes: "native spmm" (a linear aggregation on gnn-dist's CSR
+        product, gnn_dist.pyg.native_path) or "pyg" (PyG's own message passing over [owned | halo] rows)."""
+        return {hooks.name: hooks.path for hooks in self._hooks}
 
     def forward(self, *args, **kwargs):
         if self._lazy:
@@ -228,13 +229,15 @@ def _map_tensors(out, fn):
     return out
 
 
-def distribute(model: nn.Module, data=None, schedule: str = "exact", halo_dtype: str | None = None) -> DistributedModel:
+def distribute(model: nn.Module, data=None, schedule: str = "exact", halo_dtype: str | None = None,
+               native: bool = True) -> DistributedModel:
     """The model over this rank's part: every MessagePassing layer aggregates its owned rows' in-edges over
     [owned | halo] rows, parameters start as rank 0's and gradients are summed over ranks after each backward.
 
     schedule: any of --schedule's exact, stale:R, pipeline (per exchanged layer as in gnn-dist train);
-    halo_dtype: fp32 (default), fp16, bf16 or int8 for what travels. A layer that cannot be exact raises
-    ValueError naming it, on every rank alike.
+    halo_dtype: fp32 (default), fp16, bf16 or int8 for what travels; native: linear aggregations on the
+    native SpMM (False: every layer on PyG's own propagate; paths() tells which). A layer that cannot be exact
+    raises ValueError naming it, on every rank alike.
     """
     if data is None:
         raise ValueError("gd.distribute(model) without data (mini-batches) is not available yet: pass the "
@@ -243,4 +246,4 @@ def distribute(model: nn.Module, data=None, schedule: str = "exact", halo_dtype:
     why = refusal(model, data, schedule)
     if why is not None:
         raise ValueError(why)
-    return DistributedModel(model, data, schedule, halo_dtype)
+    return DistributedModel(model, data, schedule, halo_dtype, native)

@@ -1,0 +1,83 @@
+"""The native path of a wrapped layer: a linear aggregation computed by gnn-dist's CSR product.
+
+PyG's message passing materialises one message per edge (index_select, then a scatter): on sbm60k at 3 x 256
+that is several times the built-in models' epoch. A layer whose messages are its source rows, times an edge
+weight or not, summed or averaged (GCNConv, SAGEConv with mean or sum, GraphConv, GINConv, SGConv, APPNP,
+TAGConv, GCN2Conv, as PyG ships them), computes A @ x for a sparse A: this path builds A once per edge set and
+weights (owned targets by [owned | halo] sources, kept while they are the same tensors) and runs the native
+row-parallel SpMM the built-in convs run, forward and backward. The halo rows arrive exactly as on PyG's path
+(halo_hooks), so both paths send the same bytes; a weight that needs a gradient, or any other layer, takes
+PyG's path.
+"""
+from __future__ import annotations
+
+import torch
+
+from gnn_dist.kernels.spmm import SparseOperator, spmm
+
+# PyG's layers whose message is x_j (times edge_weight where given) and whose update is the identity
+LINEAR_LAYERS = ("GCNConv", "SAGEConv", "GraphConv", "GINConv", "SGConv", "APPNP", "TAGConv", "GCN2Conv")
+LINEAR_AGGREGATIONS = {"SumAggregation": False, "MeanAggregation": True}  # name -> averages
+
+
+def takes_native_path(conv) -> bool:
+    """Whether the layer's propagate is a linear aggregation this path computes exactly."""
+    kind = type(conv)
+    if kind.__name__ not in LINEAR_LAYERS or not kind.__module__.startswith("torch_geometric."):
+        return False
+    if getattr(conv, "decomposed_layers", 1) != 1 or getattr(conv, "explain", None):
+        return False
+    return type(getattr(conv, "aggr_module", None)).__name__ in LINEAR_AGGREGATIONS
+
+
+class NativePropagate:
+    """A replacement for one layer's propagate: the halo rows as PyG's path gets them, then A @ x."""
+
+    def __init__(self, hooks):
+        self.hooks = hooks
+        self.conv = hooks.conv
+        self.pyg_propagate = self.conv.propagate
+        self.averages = LINEAR_AGGREGATIONS[type(self.conv.aggr_module).__name__]
+        self.cached: tuple | None = None  # (edge_index, weight, dtype, operator)
+
+    def __call__(self, edge_index, size=None, **kwargs):
+        active = self.hooks._active()
+        weight = kwargs.get("edge_weight")
+        x = kwargs.get("x")
+        usable = (active is not None and isinstance(edge_index, torch.Tensor) and edge_index.layout == torch.strided
+                  and x is not None and (weight is None or not weight.requires_grad) and size is None)
+        if not usable:
+            return self.pyg_propagate(edge_index, size=size, **kwargs)
+        edge_index, _, kwargs = self.hooks._extend((edge_index, size, kwargs), self.hooks.propagated, "")
+        active.edges = None
+        active.full_input.discard(self.hooks.name)
+        source = kwargs["x"][0]
+        graph = self.hooks.graph
+        operator = self._operator(edge_index, weight, source.dtype, graph.n_owned, source.shape[0])
+        rows = spmm(operator, source.reshape(source.shape[0], -1))
+        return rows.reshape(graph.n_owned, *source.shape[1:])
+
+    def _operator(self, edge_index, weight, dtype, n_rows: int, n_cols: int) -> SparseOperator:
+        cached = self.cached
+        if cached is not None and cached[0] is edge_index and cached[1] is weight and cached[2] == dtype \
+                and cached[3].shape == (n_rows, n_cols):
+            return cached[3]
+        targets, sources = edge_index[1], edge_index[0]
+        values = torch.ones(targets.shape[0], dtype=dtype, device=targets.device) if weight is None \
+            else weight.detach().to(dtype).reshape(-1)
+        if self.averages:  # PyG's mean: the sum over a row's messages by their count (an empty row stays zero)
+            counts = torch.bincount(targets, minlength=n_rows).clamp_min(1).to(dtype)
+            values = values / counts[targets]
+        operator = SparseOperator.from_coo(targets, sources, values, (n_rows, n_cols))
+        self.cached = (edge_index, weight, dtype, operator)
+        return operator
+
+
+def install(hooks) -> NativePropagate:
+    native = NativePropagate(hooks)
+    hooks.conv.propagate = native
+    return native
+
+
+def remove(native: NativePropagate) -> None:
+    native.conv.propagate = native.pyg_propagate
