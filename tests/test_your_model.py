@@ -177,7 +177,8 @@ def test_an_unmodified_pyg_model_equals_the_whole_graph_at_any_p(name, native, g
         _assert_equal_to_reference(results, reference, graph.x.shape[0])
     paths = set(gd.distribute(copy.deepcopy(model), _solo_data(partitioned)).paths().values()) if native else None
     if native and name in ALL_NATIVE:
-        assert paths == {"native spmm"}
+        assert paths <= {"native spmm", "native gcn"}
+        assert ("native gcn" in paths) == (name in {"GCN", "GCN BatchNorm1d", "GCN improved"})
     elif native:
         assert "pyg" in paths
 

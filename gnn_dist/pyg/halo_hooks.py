@@ -67,9 +67,12 @@ class LayerHooks:
         conv.edge_updater = self.extended_edge_updater
         # a linear aggregation runs on the native SpMM (gnn_dist.pyg.native_path), the rest on PyG's propagate
         self.native = native_path.install(self) if native and native_path.takes_native_path(conv) else None
+        self.native_forward = native_path.install_gcn_forward(self, self.native) if self.native else None
 
     @property
     def path(self) -> str:
+        if self.native_forward is not None:
+            return "native gcn"
         return "native spmm" if self.native is not None else "pyg"
 
     def remove(self) -> None:
@@ -80,6 +83,8 @@ class LayerHooks:
             from gnn_dist.pyg import native_path
 
             native_path.remove(self.native)
+            if self.native_forward is not None:
+                native_path.remove_gcn_forward(self.native_forward)
 
     def extended_edge_updater(self, edge_index, size=None, **kwargs):
         extended = self._extend((edge_index, size, kwargs), self.edge_updated, "edge update ")

@@ -81,3 +81,61 @@ def install(hooks) -> NativePropagate:
 
 def remove(native: NativePropagate) -> None:
     native.conv.propagate = native.pyg_propagate
+
+
+class NativeGCNForward:
+    """A replacement for a GCNConv's forward that orders it as --model gcn does: A (X W) = (A X) W, so the
+    narrower of its input and output is aggregated and exchanged, and the bias rides the SpMM's pass.
+
+    The layer's parameters are its own (lin.weight, bias); gcn_norm is gnn-dist's (global degrees); the result
+    equals GCNConv's to float rounding. A weight that needs a gradient, a lazy width or a call outside a
+    wrapped forward runs GCNConv's own forward.
+    """
+
+    def __init__(self, hooks, propagate: NativePropagate):
+        self.hooks, self.propagate = hooks, propagate
+        self.conv = hooks.conv
+        self.pyg_forward = self.conv.forward
+
+    def __call__(self, x, edge_index, edge_weight=None):
+        from torch.nn.functional import linear
+
+        from gnn_dist.pyg.gcn_norm import distributed_gcn_norm
+
+        conv, hooks = self.conv, self.hooks
+        active = hooks._active()
+        usable = (active is not None and isinstance(x, torch.Tensor) and isinstance(edge_index, torch.Tensor)
+                  and edge_index.layout == torch.strided and not _lazy(conv.lin.weight)
+                  and (edge_weight is None or not edge_weight.requires_grad))
+        if not usable:
+            return self.pyg_forward(x, edge_index, edge_weight)
+        complete = hooks.name in active.full_input  # x holds [owned | halo] rows already (data.x's cached rows)
+        active.full_input.discard(hooks.name)
+        if conv.normalize:
+            edge_index, edge_weight = distributed_gcn_norm(edge_index, edge_weight, x.shape[0], conv.improved,
+                                                           conv.add_self_loops, conv.flow, x.dtype)
+        graph = hooks.graph
+        operator = self.propagate._operator(edge_index, edge_weight, x.dtype, graph.n_owned, graph.n_all)
+        slot = f"{hooks.name} x"
+        if conv.lin.weight.shape[1] <= conv.lin.weight.shape[0]:  # the input is narrower: aggregate it
+            source = x if complete else graph.with_halo(x, slot)
+            return linear(spmm(operator, source), conv.lin.weight, conv.bias)
+        rows = conv.lin(x)
+        return spmm(operator, rows if complete else graph.with_halo(rows, slot), conv.bias)
+
+
+def _lazy(tensor) -> bool:
+    return isinstance(tensor, torch.nn.parameter.UninitializedTensorMixin)
+
+
+def install_gcn_forward(hooks, propagate: NativePropagate) -> NativeGCNForward | None:
+    """The ordered forward for PyG's own GCNConv (not a subclass, which may compute otherwise)."""
+    if type(hooks.conv).__name__ != "GCNConv" or not type(hooks.conv).__module__.startswith("torch_geometric."):
+        return None
+    forward = NativeGCNForward(hooks, propagate)
+    hooks.conv.forward = forward
+    return forward
+
+
+def remove_gcn_forward(forward: NativeGCNForward) -> None:
+    forward.conv.forward = forward.pyg_forward

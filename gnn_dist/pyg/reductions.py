@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from gnn_dist.comm.communicator import make_world_comm
 from gnn_dist.context import RankContext
+from gnn_dist.memory.rss import use_workspace
 from gnn_dist.pyg import passes
 
 OPS = ("sum", "max", "min", "mean")
@@ -27,6 +28,8 @@ def init(threads: int | None = 1) -> RankContext:
     """
     if threads is not None:
         torch.set_num_threads(threads)
+    # large tensors freed by one step serve the next (no page faults and zero-fill per step), as gnn-dist train
+    use_workspace()
     ctx = RankContext(make_world_comm())
     passes.last_context(ctx)
     _abort_on_uncaught(ctx)
