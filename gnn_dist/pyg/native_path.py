@@ -6,14 +6,16 @@ weight or not, summed or averaged (GCNConv, SAGEConv with mean or sum, GraphConv
 TAGConv, GCN2Conv, as PyG ships them), computes A @ x for a sparse A: this path builds A once per edge set and
 weights (owned targets by [owned | halo] sources, kept while they are the same tensors) and runs the native
 row-parallel SpMM the built-in convs run, forward and backward. The halo rows arrive exactly as on PyG's path
-(halo_hooks), so both paths send the same bytes; a weight that needs a gradient, or any other layer, takes
-PyG's path.
+(halo_hooks), so both paths send the same bytes; an exact exchange overlaps the owned rows' product, as the
+built-in convs' does. A weight that needs a gradient, or any other layer, takes PyG's path.
 """
 from __future__ import annotations
 
 import torch
 
+from gnn_dist.halo.overlap import overlapped_aggregation
 from gnn_dist.kernels.spmm import SparseOperator, spmm
+from gnn_dist.pyg.part_data import WITH_HALO
 
 # PyG's layers whose message is x_j (times edge_weight where given) and whose update is the identity
 LINEAR_LAYERS = ("GCNConv", "SAGEConv", "GraphConv", "GINConv", "SGConv", "APPNP", "TAGConv", "GCN2Conv")
@@ -44,18 +46,20 @@ class NativePropagate:
         active = self.hooks._active()
         weight = kwargs.get("edge_weight")
         x = kwargs.get("x")
+        source = x[0] if isinstance(x, (tuple, list)) else x
         usable = (active is not None and isinstance(edge_index, torch.Tensor) and edge_index.layout == torch.strided
-                  and x is not None and (weight is None or not weight.requires_grad) and size is None)
+                  and isinstance(source, torch.Tensor) and (weight is None or not weight.requires_grad)
+                  and size is None)
         if not usable:
             return self.pyg_propagate(edge_index, size=size, **kwargs)
-        edge_index, _, kwargs = self.hooks._extend((edge_index, size, kwargs), self.hooks.propagated, "")
-        active.edges = None
-        active.full_input.discard(self.hooks.name)
-        source = kwargs["x"][0]
-        graph = self.hooks.graph
-        operator = self._operator(edge_index, weight, source.dtype, graph.n_owned, source.shape[0])
-        rows = spmm(operator, source.reshape(source.shape[0], -1))
-        return rows.reshape(graph.n_owned, *source.shape[1:])
+        hooks, graph = self.hooks, self.hooks.graph
+        complete = hooks.name in active.full_input
+        active.full_input.discard(hooks.name)  # a later propagate (SGConv's hops) aggregates its own owned rows
+        calls = active.propagate_calls.get(hooks.name, 0)
+        active.propagate_calls[hooks.name] = calls + 1
+        slot = f"{hooks.name} x" + (f" #{calls}" if calls else "")
+        operator = self._operator(edge_index, weight, source.dtype, graph.n_owned, graph.n_all)
+        return aggregate(graph, operator, source, complete, slot)
 
     def _operator(self, edge_index, weight, dtype, n_rows: int, n_cols: int) -> SparseOperator:
         cached = self.cached
@@ -71,6 +75,27 @@ class NativePropagate:
         operator = SparseOperator.from_coo(targets, sources, values, (n_rows, n_cols))
         self.cached = (edge_index, weight, dtype, operator)
         return operator
+
+
+def aggregate(graph, operator: SparseOperator, rows: torch.Tensor, complete: bool, slot: str,
+              bias: torch.Tensor | None = None) -> torch.Tensor:
+    """operator @ [owned | halo] rows (+ bias): rows are complete already (data.x's cached rows), or owned rows
+    whose halo travels, overlapped with the owned product where the exchanger overlaps this slot's exchange
+    (exact, on the host: gnn_dist.halo.overlap), else gathered first. Shapes: [n_owned or n_all, *] ->
+    [n_owned, *]"""
+    flat = rows.reshape(rows.shape[0], -1)
+    known = getattr(rows, WITH_HALO, None)
+    if known is not None:
+        flat, complete = known.reshape(known.shape[0], -1), True
+    if complete:
+        if flat.shape[0] != graph.n_all:
+            raise ValueError(f"{slot}: a layer given [owned | halo] rows ({graph.n_all}) aggregated {flat.shape[0]}")
+        out = spmm(operator, flat, bias)
+    elif graph.exchanger.overlapped(slot, False):
+        out = overlapped_aggregation(operator, graph.exchanger, flat, bias, slot)
+    else:
+        out = spmm(operator, graph.with_halo(flat, slot), bias)
+    return out.reshape(graph.n_owned, *rows.shape[1:])
 
 
 def install(hooks) -> NativePropagate:
@@ -118,10 +143,8 @@ class NativeGCNForward:
         operator = self.propagate._operator(edge_index, edge_weight, x.dtype, graph.n_owned, graph.n_all)
         slot = f"{hooks.name} x"
         if conv.lin.weight.shape[1] <= conv.lin.weight.shape[0]:  # the input is narrower: aggregate it
-            source = x if complete else graph.with_halo(x, slot)
-            return linear(spmm(operator, source), conv.lin.weight, conv.bias)
-        rows = conv.lin(x)
-        return spmm(operator, rows if complete else graph.with_halo(rows, slot), conv.bias)
+            return linear(aggregate(graph, operator, x, complete, slot), conv.lin.weight, conv.bias)
+        return aggregate(graph, operator, conv.lin(x), complete, slot, conv.bias)
 
 
 def _lazy(tensor) -> bool:

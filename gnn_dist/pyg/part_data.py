@@ -8,6 +8,7 @@ fetched once here, so a first layer reading data.x exchanges nothing per step (a
 """
 from __future__ import annotations
 
+import atexit
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,9 @@ from gnn_dist.comm.codec import make_codec
 from gnn_dist.comm.communicator import first_failure
 from gnn_dist.context import RankContext, SetupError
 from gnn_dist.halo.exchange import HaloExchanger
+from gnn_dist.halo.overlap import agreed_overlap
 from gnn_dist.halo.plan import HaloPlan
+from gnn_dist.halo.shared import SharedHalo
 from gnn_dist.partition.format import load_meta, load_part
 from gnn_dist.schedules import parse_schedule
 
@@ -108,17 +111,18 @@ def load_partition(directory: str, ctx: RankContext, dtype: torch.dtype | None =
     """
     from torch_geometric.data import Data
 
-    try:
-        (meta, part), error = _build(ctx, str(directory), dtype), None
-    except (ValueError, OSError, SetupError) as err:
-        (meta, part), error = (None, None), str(err)
-    failure = first_failure(ctx.comm, error)
-    if failure:
-        rank, message, everyone_alike = failure
-        raise SetupError(message if everyone_alike else f"rank {rank}: {message}")
+    meta, part = _agreed(ctx, lambda: _build(ctx, str(directory), dtype))
 
     plan = HaloPlan.from_part(part)
-    exchanger = HaloExchanger(ctx.comm, plan)
+    # exact exchanges of linear layers overlap the owned product where every rank agrees (gnn-dist train's rule)
+    overlap = _agreed(ctx, lambda: agreed_overlap(ctx.comm))
+    # one host: the overlapped exchanges' rows go through shared memory instead of MPI's copies
+    shared = _agreed(ctx, lambda: SharedHalo.open(ctx.comm, np.diff(part.send_ptr))) if overlap else None
+    exchanger = HaloExchanger(ctx.comm, plan, overlap=overlap, shared=shared)
+    if ctx.comm.aborts_job:
+        # before MPI finalises (mpi4py's own exit handler, registered earlier, runs later): complete what a
+        # pipelined schedule still has in flight and free the shared regions, on every rank alike
+        atexit.register(exchanger.drain)
     x = _host(part.x)
     if dtype is not None:
         x = x.to(dtype)
@@ -143,6 +147,19 @@ def load_partition(directory: str, ctx: RankContext, dtype: torch.dtype | None =
     from gnn_dist.pyg.passes import last_loaded
     last_loaded(graph)
     return data
+
+
+def _agreed(ctx: RankContext, build):
+    """build() on every rank; if it fails on any, every rank raises the same SetupError (no rank waits alone)."""
+    try:
+        result, error = build(), None
+    except (ValueError, OSError, SetupError) as err:
+        result, error = None, str(err)
+    failure = first_failure(ctx.comm, error)
+    if failure:
+        rank, message, everyone_alike = failure
+        raise SetupError(message if everyone_alike else f"rank {rank}: {message}")
+    return result
 
 
 def graph_of(data) -> PartGraph:
