@@ -4,23 +4,25 @@ torch.nn.Dropout and F.dropout draw from torch's generator, whose state differs 
 different rows. Inside a wrapped forward, gnn-dist's F.dropout draws each element from a hash of (seed, step,
 the pass's dropout call, the row's original id, the column) instead: node rows are keyed by their original
 node ids (owned rows, or [owned | halo] rows), and inside a propagate or an edge update, per-edge tensors
-(attention coefficients) by their edge's original (source, target) ids. A tensor that is none of those raises,
+(attention coefficients) by their edge's original (source, target) ids and the column, as the built-in GAT's
+attention dropout draws them (edge_dropout). A tensor that is none of those raises,
 naming its size. Outside a wrapped forward, or when not training, F.dropout is torch's own.
 
-`keep_mask_for` is the one mask function: the tests patch it into plain PyG as the reference.
+`keep_mask_for` (node rows) and `edge_dropout` (edges) are the mask functions: the tests patch them into plain
+PyG as the reference.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from gnn_dist.kernels.keyed_random import column_hash, id_hash, mix32, stream_key, to_int32
+from gnn_dist.kernels.attention import EdgeDropout
+from gnn_dist.kernels.keyed_random import column_hash, id_hash, mix32, stream_key
 from gnn_dist.nn.dropout import row_hashed_dropout
 from gnn_dist.pyg import passes
 from gnn_dist.pyg.part_data import WITH_HALO
 
 _ORIGINAL = None
-_EDGE_KEY = 0x68E31DA4  # separates an edge's target half of the key from its source half
 
 
 def install() -> None:
@@ -36,12 +38,23 @@ def dropout_key(seed: int, step: int, call: int) -> int:
     return stream_key(seed, step, call)
 
 
-def row_hashes(ids: torch.Tensor, key: int, target_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """int32 [rows]: one word per node (original ids), or per edge when target_ids is given."""
-    words = id_hash(ids, key)
-    if target_ids is not None:
-        words = mix32(words ^ id_hash(target_ids, to_int32(key ^ _EDGE_KEY)))
-    return words
+def row_hashes(ids: torch.Tensor, key: int) -> torch.Tensor:
+    """int32 [rows]: one word per node row, from its original id."""
+    return id_hash(ids, key)
+
+
+def edge_dropout(target_ids: torch.Tensor, source_ids: torch.Tensor, num_cols: int, key: int,
+                 p: float) -> EdgeDropout:
+    """The keyed mask of per-edge tensors [E, num_cols] (attention coefficients: a column per head) whose
+    targets and sources have these original ids (tables indexed by local target and source ids): the
+    built-in GAT's attention dropout (kernels.attention.EdgeDropout), so a wrapped GATConv draws the same
+    mask on PyG's path and on the native attention kernel."""
+    return EdgeDropout.keyed(target_ids, source_ids, num_cols, key, p)
+
+
+def edge_factors(mask: EdgeDropout, edges: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[E, cols]: 1 / (1 - p) where an edge's entry is kept, 0 where dropped; edges are local (source, target)."""
+    return mask.factors(edges[1], edges[0], dtype)
 
 
 def keep_mask_for(rows: torch.Tensor, num_cols: int, p: float) -> torch.Tensor:
@@ -68,8 +81,9 @@ def keyed_or_torch_dropout(input: torch.Tensor, p: float = 0.5, training: bool =
     graph = active.graph
     rows = input.shape[0] if input.dim() else 0
     if active.edges is not None and rows == active.edges.shape[1]:
-        ids = graph.all_ids
-        return apply_mask(input, row_hashes(ids[active.edges[0]], key, ids[active.edges[1]]), p)
+        flat = input.reshape(rows, -1)
+        mask = edge_dropout(graph.node_ids, graph.all_ids, flat.shape[1], key, p)
+        return (flat * edge_factors(mask, active.edges, input.dtype)).reshape(input.shape)
     if rows == graph.n_owned:
         full = getattr(input, WITH_HALO, None)
         if full is None:

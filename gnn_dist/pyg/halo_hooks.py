@@ -68,23 +68,25 @@ class LayerHooks:
         # a linear aggregation runs on the native SpMM (gnn_dist.pyg.native_path), the rest on PyG's propagate
         self.native = native_path.install(self) if native and native_path.takes_native_path(conv) else None
         self.native_forward = native_path.install_gcn_forward(self, self.native) if self.native else None
+        if native and self.native_forward is None:
+            self.native_forward = native_path.install_gat_forward(self)
 
     @property
     def path(self) -> str:
         if self.native_forward is not None:
-            return "native gcn"
+            return "native " + type(self.conv).__name__[:-4].lower()  # native gcn, native gat
         return "native spmm" if self.native is not None else "pyg"
 
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
         self.conv.edge_updater = self.edge_updater
-        if self.native is not None:
-            from gnn_dist.pyg import native_path
+        from gnn_dist.pyg import native_path
 
+        if self.native is not None:
             native_path.remove(self.native)
-            if self.native_forward is not None:
-                native_path.remove_gcn_forward(self.native_forward)
+        if self.native_forward is not None:
+            native_path.remove_forward(self.native_forward)
 
     def extended_edge_updater(self, edge_index, size=None, **kwargs):
         extended = self._extend((edge_index, size, kwargs), self.edge_updated, "edge update ")

@@ -160,5 +160,84 @@ def install_gcn_forward(hooks, propagate: NativePropagate) -> NativeGCNForward |
     return forward
 
 
-def remove_gcn_forward(forward: NativeGCNForward) -> None:
+def remove_forward(forward) -> None:
+    """Give a layer its own forward back (NativeGCNForward, NativeGATForward)."""
     forward.conv.forward = forward.pyg_forward
+
+
+class NativeGATForward:
+    """A replacement for PyG's GATConv forward on the built-in GAT's kernels (kernels/attention.py): the rows
+    [x W | a_src] are made once, travel once, and one fused pass computes every owned row's scores, softmax,
+    attention dropout and sum, forward and backward, where PyG's path materialises per-edge tensors.
+
+    Taken by a GATConv as PyG ships it with one shared weight (in_channels an int), no edge features and no
+    residual, called with one input tensor and without return_attention_weights; any other call runs
+    GATConv's own forward. The attention dropout is the one PyG's path draws inside a wrapped forward
+    (gnn_dist.pyg.dropout.edge_dropout), so both paths draw the same masks.
+    """
+
+    def __init__(self, hooks):
+        self.hooks = hooks
+        self.conv = hooks.conv
+        self.pyg_forward = self.conv.forward
+        self.cached: tuple | None = None  # (edge_index, operator)
+
+    def __call__(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
+        from gnn_dist.kernels.attention import attention
+        from gnn_dist.models.gat import transformed_rows
+        from gnn_dist.pyg.dropout import dropout_key, edge_dropout
+
+        conv, hooks = self.conv, self.hooks
+        active = hooks._active()
+        usable = (active is not None and isinstance(x, torch.Tensor) and isinstance(edge_index, torch.Tensor)
+                  and edge_index.layout == torch.strided and edge_attr is None and size is None
+                  and return_attention_weights is None and not _lazy(conv.lin.weight))
+        if not usable:
+            return self.pyg_forward(x, edge_index, edge_attr, size, return_attention_weights)
+        complete = hooks.name in active.full_input
+        active.full_input.discard(hooks.name)
+        graph, heads, width = hooks.graph, conv.heads, conv.out_channels
+        rows = transformed_rows(x, conv.lin.weight, conv.att_src)  # [x W | a_src]: what every target aggregates
+        source = rows if complete else graph.with_halo(rows, f"{hooks.name} x")
+        target_scores = (source[:graph.n_owned, :heads * width].reshape(-1, heads, width) * conv.att_dst).sum(-1)
+        dropout = None
+        if conv.training and conv.dropout > 0.0:  # PyG's path would call F.dropout here: the same call number
+            key = dropout_key(active.seed, active.step, active.dropout_calls)
+            active.dropout_calls += 1
+            dropout = edge_dropout(graph.node_ids, graph.all_ids, heads, key, conv.dropout)
+        operator = self._operator(edge_index, graph.n_owned, graph.n_all)
+        bias = conv.bias if conv.concat else None
+        out = attention(operator, source, target_scores, heads, bias, dropout, conv.negative_slope)
+        if not conv.concat:
+            out = out.reshape(-1, heads, width).mean(1)
+            if conv.bias is not None:
+                out = out + conv.bias
+        return out
+
+    def _operator(self, edge_index, n_rows: int, n_cols: int) -> SparseOperator:
+        """The attention's pattern: the in-edges, and a self loop per owned row where GATConv adds them (it
+        removes the graph's own first, as the partitioner has)."""
+        if self.cached is not None and self.cached[0] is edge_index:
+            return self.cached[1]
+        sources, targets = edge_index[0], edge_index[1]
+        keep = sources != targets
+        sources, targets = sources[keep], targets[keep]
+        if self.conv.add_self_loops:
+            loops = torch.arange(n_rows, dtype=sources.dtype, device=sources.device)
+            sources, targets = torch.cat([sources, loops]), torch.cat([targets, loops])
+        operator = SparseOperator.from_coo(targets, sources, torch.ones(targets.shape[0], device=targets.device),
+                                           (n_rows, n_cols), with_transpose=False)
+        self.cached = (edge_index, operator)
+        return operator
+
+
+def install_gat_forward(hooks) -> NativeGATForward | None:
+    """The native forward for PyG's own GATConv where its options allow (NativeGATForward)."""
+    conv = hooks.conv
+    if type(conv).__name__ != "GATConv" or not type(conv).__module__.startswith("torch_geometric."):
+        return None
+    if conv.lin is None or getattr(conv, "lin_edge", None) is not None or getattr(conv, "res", None) is not None:
+        return None
+    forward = NativeGATForward(hooks)
+    conv.forward = forward
+    return forward
