@@ -139,7 +139,7 @@ def _distributed(model, parts, num_parts: int, **options):
         loss = gd.cross_entropy(out, data.y, data.train_mask)
         loss.backward()
         grads = {n: p.grad.clone() for n, p in wrapped.module.named_parameters()}
-        return data.n_id, out.detach(), loss.item(), grads
+        return data.n_id, out.detach(), loss.item(), grads, wrapped.paths()
 
     return run_fake_ranks(num_parts, rank)
 
@@ -147,7 +147,7 @@ def _distributed(model, parts, num_parts: int, **options):
 def _assert_equal_to_reference(results, reference, num_nodes):
     logits, loss, grads = reference
     ours = torch.full_like(logits, float("nan"))
-    for n_id, out, rank_loss, rank_grads in results:
+    for n_id, out, rank_loss, rank_grads, *_ in results:
         ours[n_id] = out
         assert rank_loss == pytest.approx(loss, rel=1e-9)
         assert set(rank_grads) == set(grads)
@@ -175,7 +175,7 @@ def test_an_unmodified_pyg_model_equals_the_whole_graph_at_any_p(name, native, g
     for num_parts in (1, 2, 4):
         results = _distributed(model, partitioned("synthetic:tiny", num_parts), num_parts, native=native)
         _assert_equal_to_reference(results, reference, graph.x.shape[0])
-    paths = set(gd.distribute(copy.deepcopy(model), _solo_data(partitioned)).paths().values()) if native else None
+    paths = set(results[0][4].values())
     if native and name in {"GAT", "GATConv"}:
         assert paths == {"native gat"}
     elif native and name in ALL_NATIVE:
@@ -183,12 +183,8 @@ def test_an_unmodified_pyg_model_equals_the_whole_graph_at_any_p(name, native, g
         assert ("native gcn" in paths) == (name in {"GCN", "GCN BatchNorm1d", "GCN improved"})
     elif native:
         assert "pyg" in paths
-
-
-def _solo_data(partitioned):
-    from gnn_dist.comm.simulated_ranks import solo_comm
-
-    return gd.load_partition(partitioned("synthetic:tiny", 1), RankContext(solo_comm()), dtype=torch.float64)
+    else:
+        assert paths == {"pyg"}
 
 
 def test_lazy_widths_take_rank_0s_values_before_the_first_step(graph, partitioned):
@@ -310,7 +306,8 @@ def test_dropout_at_p1_equals_plain_pyg_under_the_keyed_mask(graph, partitioned,
     loss = F.cross_entropy(out[mask], y[mask])
     loss.backward()
     grads = {n: p.grad.clone() for n, p in reference.named_parameters()}
-    [(n_id, logits, rank_loss, rank_grads)] = _distributed(model, partitioned("synthetic:tiny", 1), 1)
+    [(n_id, logits, rank_loss, rank_grads, paths)] = _distributed(model, partitioned("synthetic:tiny", 1), 1)
+    assert paths == {"first": "native gat", "second": "native gcn"}  # the native kernels drew the keyed masks
     assert rank_loss == pytest.approx(loss.item(), rel=1e-9)
     torch.testing.assert_close(logits[torch.argsort(n_id)], out.detach(), rtol=1e-9, atol=1e-12)
     for name, grad in grads.items():

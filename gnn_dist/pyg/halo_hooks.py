@@ -66,6 +66,7 @@ class LayerHooks:
         self.edge_updater = conv.edge_updater
         conv.edge_updater = self.extended_edge_updater
         # a linear aggregation runs on the native SpMM (gnn_dist.pyg.native_path), the rest on PyG's propagate
+        self.taken: str | None = None  # the path of the last wrapped forward (set by whichever path ran)
         self.native = native_path.install(self) if native and native_path.takes_native_path(conv) else None
         self.native_forward = native_path.install_gcn_forward(self, self.native) if self.native else None
         if native and self.native_forward is None:
@@ -73,6 +74,9 @@ class LayerHooks:
 
     @property
     def path(self) -> str:
+        """The path the layer took in the last wrapped forward (before any: the one it is set up to take)."""
+        if self.taken is not None:
+            return self.taken
         if self.native_forward is not None:
             return "native " + type(self.conv).__name__[:-4].lower()  # native gcn, native gat
         return "native spmm" if self.native is not None else "pyg"
@@ -122,6 +126,8 @@ class LayerHooks:
             active.full_input.discard(self.name)
 
     def before_propagate(self, conv, inputs):
+        if self._active() is not None:
+            self.taken = "pyg"
         return self._extend(inputs, self.propagated, "")
 
     def after_propagate(self, conv, inputs, output):

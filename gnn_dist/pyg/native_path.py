@@ -59,6 +59,7 @@ class NativePropagate:
         active.propagate_calls[hooks.name] = calls + 1
         slot = f"{hooks.name} x" + (f" #{calls}" if calls else "")
         operator = self._operator(edge_index, weight, source.dtype, graph.n_owned, graph.n_all)
+        hooks.taken = "native spmm"
         return aggregate(graph, operator, source, complete, slot)
 
     def _operator(self, edge_index, weight, dtype, n_rows: int, n_cols: int) -> SparseOperator:
@@ -129,6 +130,8 @@ class NativeGCNForward:
 
         conv, hooks = self.conv, self.hooks
         active = hooks._active()
+        if isinstance(x, tuple) and active is not None and hooks.name in active.full_input:
+            x = x[0]  # data.x's (all rows, owned rows): with one shared weight, the owned rows are all rows' first
         usable = (active is not None and isinstance(x, torch.Tensor) and isinstance(edge_index, torch.Tensor)
                   and edge_index.layout == torch.strided and not _lazy(conv.lin.weight)
                   and (edge_weight is None or not edge_weight.requires_grad))
@@ -142,6 +145,7 @@ class NativeGCNForward:
         graph = hooks.graph
         operator = self.propagate._operator(edge_index, edge_weight, x.dtype, graph.n_owned, graph.n_all)
         slot = f"{hooks.name} x"
+        hooks.taken = "native gcn"
         if conv.lin.weight.shape[1] <= conv.lin.weight.shape[0]:  # the input is narrower: aggregate it
             return linear(aggregate(graph, operator, x, complete, slot), conv.lin.weight, conv.bias)
         return aggregate(graph, operator, conv.lin(x), complete, slot, conv.bias)
@@ -189,6 +193,8 @@ class NativeGATForward:
 
         conv, hooks = self.conv, self.hooks
         active = hooks._active()
+        if isinstance(x, tuple) and active is not None and hooks.name in active.full_input:
+            x = x[0]  # data.x's (all rows, owned rows): with one shared weight, the owned rows are all rows' first
         usable = (active is not None and isinstance(x, torch.Tensor) and isinstance(edge_index, torch.Tensor)
                   and edge_index.layout == torch.strided and edge_attr is None and size is None
                   and return_attention_weights is None and not _lazy(conv.lin.weight))
@@ -197,6 +203,7 @@ class NativeGATForward:
         complete = hooks.name in active.full_input
         active.full_input.discard(hooks.name)
         graph, heads, width = hooks.graph, conv.heads, conv.out_channels
+        hooks.taken = "native gat"
         rows = transformed_rows(x, conv.lin.weight, conv.att_src)  # [x W | a_src]: what every target aggregates
         source = rows if complete else graph.with_halo(rows, f"{hooks.name} x")
         target_scores = (source[:graph.n_owned, :heads * width].reshape(-1, heads, width) * conv.att_dst).sum(-1)
