@@ -3,6 +3,7 @@
     python -m gnn_dist.benchmarks.pyg_wrapper --dataset synthetic:sbm60k --model gcn --parts 1,2 --rounds 3
     python -m gnn_dist.benchmarks.pyg_wrapper --dataset npz:../shared/data/npz/twitch_fr.npz --model gat
     python -m gnn_dist.benchmarks.pyg_wrapper --dataset synthetic:sbm60k --model gin --parts 1,2
+    python -m gnn_dist.benchmarks.pyg_wrapper --dataset npz:../shared/data/npz/twitch_fr.npz --model gat-one-head-out
 
 Per round, alternating which side goes first: PyG's basic model (GCN, GAT, GAT v2, GIN: --hidden wide,
 --num-layers deep, GAT's --heads concatenated) wrapped by gd.distribute under `mpiexec -n P`; `gnn-dist train
@@ -25,12 +26,33 @@ import torch
 
 from gnn_dist.benchmarks.common import markdown_table, mpiexec, partition, run_train, write_report
 
-BUILT_IN = {"gcn": "gcn", "gat": "gat"}
+BUILT_IN = {"gcn": "gcn", "gat": "gat", "gat-one-head-out": "gat"}
+
+
+class GATLikeBuiltIn(torch.nn.Module):
+    """GATConv layers as --model gat stacks them: hidden layers of `heads` concatenated heads, a last layer of
+    one head, ReLU and dropout between (PyG's GAT model averages `heads` heads in its last layer instead)."""
+
+    def __init__(self, in_channels: int, hidden: int, layers: int, classes: int, heads: int, dropout: float):
+        from torch_geometric.nn import GATConv
+
+        super().__init__()
+        widths = [in_channels] + [hidden * heads] * (layers - 1)
+        self.convs = torch.nn.ModuleList([GATConv(w, hidden, heads=heads) for w in widths[:-1]]
+                                         + [GATConv(widths[-1], classes, heads=1)])
+        self.dropout = dropout
+
+    def forward(self, x, edge_index):
+        for conv in self.convs[:-1]:
+            x = torch.nn.functional.dropout(conv(x, edge_index).relu(), self.dropout, self.training)
+        return self.convs[-1](x, edge_index)
 
 
 def build(model: str, in_channels: int, hidden: int, layers: int, classes: int, heads: int, dropout: float):
     from torch_geometric.nn.models import GAT, GCN, GIN
 
+    if model == "gat-one-head-out":
+        return GATLikeBuiltIn(in_channels, hidden, layers, classes, heads, dropout)
     if model == "gcn":
         return GCN(in_channels, hidden, layers, classes, dropout=dropout)
     if model == "gin":
@@ -124,7 +146,10 @@ def run_plain(args) -> dict:
 def run_built_in(args, parts: Path, num_parts: int, work: Path) -> dict:
     extra = ["--model", BUILT_IN[args.model], "--num-layers", str(args.num_layers), "--dropout", str(args.dropout),
              "--epochs", str(args.epochs + 1), "--eval-every", str(args.epochs + 1), "--weight-decay", "0"]
-    extra += ["--hidden", str(args.hidden)] + (["--heads", str(args.heads)] if args.model == "gat" else [])
+    if args.model.startswith("gat"):
+        # PyG's GAT and GATConv default to no attention dropout; --model gat's default is --dropout's
+        extra += ["--heads", str(args.heads), "--attn-dropout", "0"]
+    extra += ["--hidden", str(args.hidden)]
     final = run_train(num_parts, parts, work / f"built-in-{num_parts}.jsonl", extra)
     times = [r["epoch_s"] for r in final["per_epoch"][1:] if "epoch_s" in r]  # the first epoch warms up
     return {"epoch_s_median": statistics.median(times) if times else final["epoch_s_median"],
@@ -135,7 +160,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dataset", default="synthetic:sbm60k")
     parser.add_argument("--root", default=None)
-    parser.add_argument("--model", choices=["gcn", "gat", "gatv2", "gin"], default="gcn")
+    parser.add_argument("--model", choices=["gcn", "gat", "gat-one-head-out", "gatv2", "gin"], default="gcn",
+                        help="PyG's GCN, GAT, GAT v2, GIN; gat-one-head-out: GATConv layers stacked as --model gat")
     parser.add_argument("--hidden", type=int, default=256, help="width of a hidden layer (GAT: of one head)")
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--num-layers", type=int, default=3)
@@ -149,7 +175,7 @@ def main() -> None:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.model == "gat" and args.hidden == 256:
+    if args.model.startswith("gat") and args.hidden == 256:
         args.hidden = 64  # 4 heads of 64: 256 columns, as PyG's GAT(hidden_channels=256, heads=4)
     if args.worker:
         return worker(args)

@@ -484,11 +484,11 @@ def test_batch_norm_running_statistics_are_the_whole_graphs(graph, partitioned):
         torch.testing.assert_close(out, expected[n_id], rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("schedule", ["stale:2", "pipeline"])
-def test_a_wrapped_gcn_under_a_schedule_equals_model_gcn(schedule, graph, partitioned, tmp_path):
+@pytest.mark.parametrize("schedule, halo_dtype", [("stale:2", None), ("pipeline", None), ("exact", "bf16")])
+def test_a_wrapped_gcn_under_a_schedule_equals_model_gcn(schedule, halo_dtype, graph, partitioned, tmp_path):
     """PyG's GCNConv twice, wrapped, against gnn-dist train --model gcn with the same initial weights: the same
-    rows travel under the same schedule (the hidden layer is wider than the classes, so both transform
-    first), and the loss curves agree."""
+    rows travel under the same schedule and wire format (the hidden layer is wider than the classes, so both
+    transform first), and the loss curves agree."""
     import json
 
     from gnn_dist.config import ModelConfig, TrainConfig
@@ -508,10 +508,11 @@ def test_a_wrapped_gcn_under_a_schedule_equals_model_gcn(schedule, graph, partit
     metrics = tmp_path / "builtin.jsonl"
     config = TrainConfig(parts=str(parts), model=ModelConfig(model="gcn", hidden=hidden, num_layers=2, dropout=0.0),
                          epochs=epochs, weight_decay=0.0, schedule=schedule, schedule_guard="off", seed=0,
-                         progress=False, eval_every=epochs, metrics_out=str(metrics))
+                         progress=False, eval_every=epochs, metrics_out=str(metrics), halo_dtype=halo_dtype or "fp32")
     run_fake_ranks(2, lambda comm: train(RankContext(comm), config))
     builtin_losses = [r["loss"] for r in map(json.loads, metrics.read_text().splitlines()) if "loss" in r]
-    wrapped_losses = _train(model, parts, 2, epochs, dtype=torch.float32, schedule=schedule)[0][0]
+    wrapped_losses = _train(model, parts, 2, epochs, dtype=torch.float32, schedule=schedule,
+                            halo_dtype=halo_dtype)[0][0]
     assert len(builtin_losses) == epochs
     np.testing.assert_allclose(wrapped_losses, builtin_losses, rtol=1e-5)
     exact = _train(model, parts, 2, epochs, dtype=torch.float32)[0][0]
