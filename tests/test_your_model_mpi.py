@@ -42,3 +42,9 @@ def test_a_mask_of_the_wrong_length_ends_the_job_with_one_line(partitioned):
     lines = [line for line in done.stderr.splitlines() if line.startswith("gnn-dist: rank")]
     assert lines and all("a mask of 3 entries" in line for line in lines), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_one_failing_rank_brings_the_whole_job_down(partitioned):
+    done = run_mpi(2, str(partitioned("synthetic:tiny", 2)), script="one_rank_fails.py", timeout=120)
+    assert done.returncode != 0
+    assert "gnn-dist: rank 1: rank 1's own mistake" in done.stderr
