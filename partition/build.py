@@ -27,6 +27,9 @@ class PartStats:
     train: int        # owned training nodes
 
 
+EDGE_ARRAYS = ("edge_weight", "edge_attr")  # optional per-edge arrays of a graph, carried into the part files
+
+
 def build_parts(graph: Graph, parts: np.ndarray, num_parts: int, blocks: np.ndarray | None = None,
                 edge_type: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[dict]]:
     """Returns (partptr int64 [P+1], node_map int64 [N] new->original id, per-part array dicts).
@@ -52,6 +55,9 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int, blocks: np.ndar
     order = np.argsort(dst_new * n + src_new, kind="stable")
     src_new, dst_new = src_new[order], dst_new[order]
     edge_type = None if edge_type is None else edge_type[order]
+    # a graph's edge arrays (edge_weight, edge_attr) follow its edges into each part's CSR entries
+    edge_arrays = {name: value[order] for name in EDGE_ARRAYS
+                   if (value := getattr(graph, name, None)) is not None}
     row_start = np.searchsorted(dst_new, partptr)
 
     halos = []
@@ -101,6 +107,8 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int, blocks: np.ndar
         })
         if edge_type is not None:
             arrays[-1]["edge_type"] = edge_type[row_start[k]:row_start[k + 1]].astype(np.int32)
+        for name, value in edge_arrays.items():
+            arrays[-1][name] = np.ascontiguousarray(value[row_start[k]:row_start[k + 1]], dtype=np.float32)
     return partptr, node_map, arrays
 
 

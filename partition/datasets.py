@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from gnn_dist.partition.chunked import load_chunked, read_meta
-from gnn_dist.partition.graph import DatasetError, Graph, GraphSizes, random_split, symmetrize
+from gnn_dist.partition.graph import DatasetError, Graph, GraphSizes, random_split, symmetrize, symmetrize_with_values
 from gnn_dist.partition.ogb_raw import import_ogb_quietly, ogb_meta  # noqa: F401 - where callers find them
 from gnn_dist.partition.registry import (  # noqa: F401 - the registry's API, here where every built-in kind is
     DatasetKind,
@@ -236,8 +236,20 @@ def _graph_from_npz(path: Path, name: str, *, seed: int, split_required: bool) -
         num_classes = int(arrays["num_classes"])
     else:
         num_classes = int(y.max()) + 1 if y.size else 0
-    graph = Graph(name, symmetrize(edge_index, num_nodes), x.astype(np.float32, copy=False), y,
-                  masks[0], masks[1], masks[2], num_classes)
+    edge_arrays = {}
+    for key, ndim in (("edge_weight", 1), ("edge_attr", 2)):
+        if key in arrays:
+            value = np.asarray(arrays[key])
+            if value.ndim != ndim or value.shape[0] != edge_index.shape[1] or not np.issubdtype(value.dtype, np.number):
+                raise DatasetError(f"{path}: {key} must be numeric [{edge_index.shape[1]}{', D' if ndim == 2 else ''}] "
+                                   f"(one value per column of edge_index), got {value.dtype} {value.shape}")
+            edge_arrays[key] = value.astype(np.float32, copy=False)
+    if edge_arrays:
+        edges, edge_arrays = symmetrize_with_values(edge_index, num_nodes, edge_arrays, str(path))
+    else:
+        edges = symmetrize(edge_index, num_nodes)
+    graph = Graph(name, edges, x.astype(np.float32, copy=False), y, masks[0], masks[1], masks[2], num_classes,
+                  edge_weight=edge_arrays.get("edge_weight"), edge_attr=edge_arrays.get("edge_attr"))
     graph.validate()
     return graph
 

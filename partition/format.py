@@ -289,6 +289,11 @@ def _check_arrays(path: Path, arrays: dict, meta: PartitionMeta, k: int) -> None
         if str(array.dtype) != dtype or array.shape != expected:
             raise PartitionFormatError(f"{path}: array {name} is {array.dtype} {array.shape}, expected {dtype} "
                                        f"{expected}: re-run gnn-dist partition")
+    for name, ndim in (("edge_weight", 1), ("edge_attr", 2)):  # optional: graphs with edge values have them
+        if name in arrays and (str(arrays[name].dtype) != "float32" or arrays[name].ndim != ndim
+                               or arrays[name].shape[0] != sizes["nnz"]):
+            raise PartitionFormatError(f"{path}: array {name} is {arrays[name].dtype} {arrays[name].shape}, expected "
+                                       f"float32 with {sizes['nnz']} rows: re-run gnn-dist partition")
     if meta.task == "link":
         _check_link_arrays(path, arrays, meta)
     if meta.hetero is not None:

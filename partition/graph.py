@@ -35,6 +35,8 @@ class Graph:
     Shapes:
         edge_index: int64 [2, E] (row 0 source, row 1 target), symmetric
         x: float32 [N, F]; y: int64 [N]; *_mask: bool [N]
+        edge_weight: float32 [E] or None; edge_attr: float32 [E, D] or None (one value per directed edge: a
+        reverse edge made by symmetrising holds its edge's value)
     """
 
     name: str
@@ -46,6 +48,8 @@ class Graph:
     test_mask: np.ndarray
     num_classes: int
     link_split: object = None
+    edge_weight: np.ndarray | None = None
+    edge_attr: np.ndarray | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -123,6 +127,35 @@ def symmetrize(edge_index: np.ndarray, num_nodes: int) -> np.ndarray:
     holder = [keys[:filled]]
     del keys
     return edges_from_keys(holder, num_nodes)
+
+
+def symmetrize_with_values(edge_index: np.ndarray, num_nodes: int, values: dict[str, np.ndarray],
+                           where: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """symmetrize's edges, and per-edge arrays (first axis E) carried along: a reverse edge copies its edge's
+    values; an edge given twice (in either direction) must carry the same values, else DatasetError naming the
+    fix. Self loops are dropped with their values. Sorted by (target, source), as symmetrize's."""
+    edge_index = np.asarray(edge_index, dtype=np.int64)
+    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
+        raise DatasetError(f"edge_index refers to nodes outside [0, {num_nodes}): fix the edge list")
+    keep = edge_index[0] != edge_index[1]
+    src, dst = edge_index[0][keep], edge_index[1][keep]
+    keys = np.concatenate([dst * num_nodes + src, src * num_nodes + dst])
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    first = np.ones(keys.shape[0], dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    group = np.cumsum(first) - 1
+    carried = {}
+    for name, value in values.items():
+        value = np.asarray(value)[keep]
+        value = np.concatenate([value, value])[order]
+        kept = value[first]
+        if not np.array_equal(value, kept[group]):
+            raise DatasetError(f"{where}: an edge is given more than once with different {name} values: keep one "
+                               f"value per edge (its reverse copies it)")
+        carried[name] = kept
+    keys = keys[first]
+    return np.stack([keys % num_nodes, keys // num_nodes]), carried
 
 
 def add_both_directions(keys: np.ndarray, filled: int, src: np.ndarray, dst: np.ndarray, num_nodes: int) -> int:

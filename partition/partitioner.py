@@ -41,6 +41,9 @@ def partition_graph(graph: Graph, num_parts: int, out: str | os.PathLike, *, met
     if task == "node" and graph.link_split is not None:
         raise DatasetError(f"{graph.name} is a link-prediction dataset without node labels: partition it with "
                            f"--task link")
+    if task == "link" and (graph.edge_weight is not None or graph.edge_attr is not None):
+        raise DatasetError(f"{graph.name} has edge_weight or edge_attr: --task link holds edges out and does not "
+                           f"carry edge arrays yet; partition it for node classification, or drop the edge arrays")
     if task == "link":
         if graph.link_split is not None:
             split = with_mrr_negatives(graph.link_split, graph.num_nodes, seed, mrr_negatives)

@@ -517,3 +517,78 @@ def test_a_wrapped_gcn_under_a_schedule_equals_model_gcn(schedule, halo_dtype, g
     np.testing.assert_allclose(wrapped_losses, builtin_losses, rtol=1e-5)
     exact = _train(model, parts, 2, epochs, dtype=torch.float32)[0][0]
     assert np.abs(np.array(exact) - np.array(wrapped_losses)).max() > 1e-6  # the schedule made a difference
+
+
+@pytest.fixture(scope="module")
+def weighted_graph(tiny_graph, tmp_path_factory):
+    """synthetic:tiny's edges, each stored once with a weight and 3 attributes, as a user's npz; the whole graph
+    (both directions, each with its edge's values) built here, apart from the loader's symmetrising."""
+    rng = np.random.default_rng(0)
+    edges = tiny_graph.edge_index[:, tiny_graph.edge_index[0] < tiny_graph.edge_index[1]]
+    weight = rng.uniform(0.5, 2.0, edges.shape[1]).astype(np.float32)
+    attr = rng.normal(size=(edges.shape[1], 3)).astype(np.float32)
+    path = tmp_path_factory.mktemp("weighted") / "graph.npz"
+    np.savez(path, edge_index=edges, edge_weight=weight, edge_attr=attr, x=tiny_graph.x, y=tiny_graph.y,
+             train_mask=tiny_graph.train_mask, val_mask=tiny_graph.val_mask, test_mask=tiny_graph.test_mask)
+    whole = (np.concatenate([edges, edges[::-1]], 1), np.concatenate([weight, weight]), np.concatenate([attr, attr]))
+    return path, whole
+
+
+class EdgeModel(nn.Module):
+    """GCNConv with the edge weights, GINEConv and TransformerConv with the edge attributes."""
+
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.gcn = pyg.GCNConv(in_channels, HIDDEN)
+        self.gine = pyg.GINEConv(nn.Sequential(nn.Linear(HIDDEN, HIDDEN), nn.ReLU()), edge_dim=3)
+        self.transformer = pyg.TransformerConv(HIDDEN, out_channels, heads=2, concat=False, edge_dim=3)
+
+    def forward(self, x, edge_index, edge_weight, edge_attr):
+        x = self.gcn(x, edge_index, edge_weight).relu()
+        x = self.gine(x, edge_index, edge_attr).relu()
+        return self.transformer(x, edge_index, edge_attr)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native path", "pyg path"])
+def test_edge_weights_and_attributes_reach_the_layers_as_on_the_whole_graph(native, tiny_graph, weighted_graph,
+                                                                            tmp_path):
+    from gnn_dist.partition.datasets import load_dataset
+    from gnn_dist.partition.partitioner import partition_graph
+
+    path, (edges, weight, attr) = weighted_graph
+    torch.manual_seed(0)
+    model = EdgeModel(tiny_graph.x.shape[1], tiny_graph.num_classes).double()
+    reference = copy.deepcopy(model)
+    x, _, y, mask = _whole_graph(tiny_graph)
+    out = reference(x, torch.from_numpy(edges), torch.from_numpy(weight).double(), torch.from_numpy(attr).double())
+    loss = F.cross_entropy(out[mask], y[mask])
+    loss.backward()
+    for num_parts in (1, 2, 4):
+        parts = tmp_path / f"p{num_parts}"
+        partition_graph(load_dataset(f"npz:{path}"), num_parts, parts)
+        copies = [copy.deepcopy(model) for _ in range(num_parts)]
+
+        def rank(comm, parts=parts, copies=copies):
+            data = gd.load_partition(parts, RankContext(comm), dtype=torch.float64)
+            wrapped = gd.distribute(copies[comm.rank], data, native=native)
+            logits = wrapped(data.x, data.edge_index, data.edge_weight.double(), data.edge_attr.double())
+            rank_loss = gd.cross_entropy(logits, data.y, data.train_mask)
+            rank_loss.backward()
+            return data.n_id, logits.detach(), rank_loss.item(), \
+                {n: p.grad.clone() for n, p in wrapped.module.named_parameters()}
+
+        reference_grads = {n: p.grad for n, p in reference.named_parameters()}
+        _assert_equal_to_reference(run_fake_ranks(num_parts, rank), (out.detach(), loss.item(), reference_grads),
+                                   tiny_graph.x.shape[0])
+
+
+def test_an_edge_given_twice_with_different_values_is_refused(tiny_graph, tmp_path):
+    from gnn_dist.partition.datasets import load_dataset
+    from gnn_dist.partition.graph import DatasetError
+
+    edges = np.array([[0, 1, 1], [1, 2, 0]])  # 0-1 twice (once reversed), with weights 1 and 2
+    path = tmp_path / "twice.npz"
+    np.savez(path, edge_index=edges, edge_weight=np.array([1.0, 3.0, 2.0], dtype=np.float32), x=tiny_graph.x[:3],
+             y=tiny_graph.y[:3])
+    with pytest.raises(DatasetError, match="more than once with different edge_weight values"):
+        load_dataset(f"npz:{path}")

@@ -7,8 +7,8 @@ arithmetic on the whole graph: the owned rows' weighted in-degrees are complete 
 an owned node is local), self loops are added for owned rows only (targets are owned), and the halo rows'
 degrees come from their owners by one exact exchange. Outside a wrapped forward it is PyG's own.
 
-The result for the part's own edges without weights is cached per (improved, self loops, dtype); weights
-that change or need a gradient are normalised again at every call, with the exchange.
+The result for the part's own edges, with the part's own weights or none, is cached per (improved, self loops,
+dtype); other weights, or weights that need a gradient, are normalised again at every call, with the exchange.
 """
 from __future__ import annotations
 
@@ -42,8 +42,10 @@ def distributed_gcn_norm(edge_index, edge_weight=None, num_nodes=None, improved=
     if flow != "source_to_target":
         raise ValueError("gcn_norm with flow='target_to_source' cannot be computed on a part (a target's "
                          "in-edges are local, its out-edges are not): use the default flow")
-    cacheable = edge_weight is None and edge_index is graph.edge_index
-    key = (improved, add_self_loops, dtype)
+    # the part's own edges and weights (or none) give the same weights every step
+    cacheable = edge_index is graph.edge_index and (
+        edge_weight is None or (edge_weight is graph.edge_weight and not edge_weight.requires_grad))
+    key = (improved, add_self_loops, dtype, edge_weight is None)
     if cacheable and key in graph.norm_cache:
         return graph.norm_cache[key]
     result = _normalise(graph, edge_index, edge_weight, improved, add_self_loops, dtype)

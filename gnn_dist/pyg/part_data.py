@@ -43,7 +43,7 @@ class PartGraph:
     directory: str
     # gcn_norm's results for the part's own edges (gnn_dist.pyg.gcn_norm): (improved, self loops, dtype) -> ...
     norm_cache: dict = field(default_factory=dict)
-    wrapped: bool = False   # whether a model was distributed over it (one schedule per exchanger)
+    edge_weight: torch.Tensor | None = None  # data.edge_weight, where the partition has one
 
     @property
     def n_owned(self) -> int:
@@ -142,6 +142,10 @@ def load_partition(directory: str, ctx: RankContext, dtype: torch.dtype | None =
                 train_mask=_host(part.train_mask), val_mask=_host(part.val_mask),
                 test_mask=_host(part.test_mask), n_id=graph.node_ids,
                 halo_n_id=graph.halo_ids, num_nodes=part.n_owned)
+    for name in ("edge_weight", "edge_attr"):  # the values of each in-edge, in edge_index's order
+        if name in part.arrays:
+            data[name] = _host(part.arrays[name])
+    graph.edge_weight = data.get("edge_weight")
     data.num_classes = int(meta.num_classes)
     data._gnn_dist = graph  # an underscore name: kept on the object, not among the Data's attributes
     from gnn_dist.pyg.passes import last_loaded
