@@ -16,15 +16,19 @@ from gnn_dist.kernels.native import native_module
 _CHUNK_ELEMENTS = 1 << 20
 
 
+def _threshold(p: float) -> int:
+    """Element (i, c) is kept where mix32(row_hash[i] ^ col_hash[c]), read as signed, is at or above this
+    (probability 1 - p)."""
+    return int(p * (1 << 32)) - (1 << 31)
+
+
 def _mask_terms(node_ids: torch.Tensor, num_cols: int, key: int, p: float) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(row hashes, column hashes, threshold) of the keyed mask: element (i, c) is kept where
-    mix32(row_hash[i] ^ col_hash[c]), read as signed, is at or above the threshold (probability 1 - p).
+    """(row hashes, column hashes, threshold) of the keyed mask of node rows.
 
     node_ids are original dataset ids (int64, below 2**32). Every formulation (the torch chunks, the native
     kernel, the sparse entries) draws from these, so all of them draw one mask.
     """
-    threshold = int(p * (1 << 32)) - (1 << 31)
-    return id_hash(node_ids, key), column_hash(num_cols, node_ids.device), threshold
+    return id_hash(node_ids, key), column_hash(num_cols, node_ids.device), _threshold(p)
 
 
 def keep_entries(node_ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, num_cols: int, key: int,
@@ -35,21 +39,25 @@ def keep_entries(node_ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
     return mix32(row_hash[rows] ^ col_hash[cols]) >= threshold
 
 
-def _keep_chunks(node_ids: torch.Tensor, num_cols: int, key: int, p: float):
-    """Yields (row slice, bool [rows, num_cols] True where kept) chunk by chunk."""
-    row_hash, col_hash, threshold = _mask_terms(node_ids, num_cols, key, p)
-    step = max(1, _CHUNK_ELEMENTS // max(num_cols, 1))
-    for start in range(0, node_ids.shape[0], step):
+def _keep_chunks(row_hash: torch.Tensor, col_hash: torch.Tensor, threshold: int):
+    """Yields (row slice, bool [rows, num_cols] True where kept) chunk by chunk, while a chunk stays in cache."""
+    step = max(1, _CHUNK_ELEMENTS // max(col_hash.shape[0], 1))
+    for start in range(0, row_hash.shape[0], step):
         rows = slice(start, start + step)
         yield rows, mix32(row_hash[rows, None] ^ col_hash[None, :]) >= threshold
 
 
-def keep_mask(node_ids: torch.Tensor, num_cols: int, key: int, p: float) -> torch.Tensor:
-    """bool [len(node_ids), num_cols]: True where the element is kept (probability 1 - p)."""
-    keep = torch.empty(node_ids.shape[0], num_cols, dtype=torch.bool, device=node_ids.device)
-    for rows, kept in _keep_chunks(node_ids, num_cols, key, p):
+def keep_rows_mask(row_hash: torch.Tensor, num_cols: int, p: float) -> torch.Tensor:
+    """bool [len(row_hash), num_cols]: True where the element is kept (probability 1 - p), from row hashes."""
+    keep = torch.empty(row_hash.shape[0], num_cols, dtype=torch.bool, device=row_hash.device)
+    for rows, kept in _keep_chunks(row_hash, column_hash(num_cols, row_hash.device), _threshold(p)):
         keep[rows] = kept
     return keep
+
+
+def keep_mask(node_ids: torch.Tensor, num_cols: int, key: int, p: float) -> torch.Tensor:
+    """bool [len(node_ids), num_cols]: True where the element is kept (probability 1 - p)."""
+    return keep_rows_mask(id_hash(node_ids, key), num_cols, p)
 
 
 def keyed_dropout(x: torch.Tensor, node_ids: torch.Tensor, key: int, p: float, training: bool,
@@ -71,7 +79,7 @@ def row_hashed_dropout(x: torch.Tensor, row_hash: torch.Tensor, p: float, relu: 
                        inplace: bool = False) -> torch.Tensor:
     """keyed_dropout's mask from given row hashes (int32 [n]: a node's id_hash, or an edge's word from its two
     ends), so rows of any kind draw the same masks through the native kernel or the torch chunks."""
-    threshold = int(p * (1 << 32)) - (1 << 31)
+    threshold = _threshold(p)
     col_hash = column_hash(x.shape[1], x.device)
     native = native_module()
     # The native kernel serves host tensors only; on a GPU the torch formulation draws the same mask.
@@ -122,10 +130,7 @@ class _KeyedDropout(torch.autograd.Function):
         x = x.contiguous()
         out = torch.empty_like(x)
         keep = torch.empty(x.shape, dtype=torch.bool, device=x.device)
-        step = max(1, _CHUNK_ELEMENTS // max(x.shape[1], 1))
-        for start in range(0, x.shape[0], step):
-            rows = slice(start, start + step)
-            kept = mix32(row_hash[rows, None] ^ col_hash[None, :]) >= threshold
+        for rows, kept in _keep_chunks(row_hash, col_hash, threshold):
             keep[rows] = kept
             torch.mul(x[rows], kept.view(torch.uint8), out=out[rows]).mul_(scale)
         ctx.save_for_backward(keep)

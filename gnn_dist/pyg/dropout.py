@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from gnn_dist.kernels.attention import EdgeDropout
-from gnn_dist.kernels.keyed_random import column_hash, id_hash, mix32, stream_key
-from gnn_dist.nn.dropout import row_hashed_dropout
+from gnn_dist.kernels.keyed_random import id_hash, stream_key
+from gnn_dist.nn.dropout import keep_rows_mask, row_hashed_dropout
 from gnn_dist.pyg import passes
 from gnn_dist.pyg.part_data import WITH_HALO
 
@@ -58,9 +58,9 @@ def edge_factors(mask: EdgeDropout, edges: torch.Tensor, dtype: torch.dtype) -> 
 
 
 def keep_mask_for(rows: torch.Tensor, num_cols: int, p: float) -> torch.Tensor:
-    """bool [len(rows), num_cols]: True where an element is kept (probability 1 - p), from row hashes."""
-    threshold = int(p * (1 << 32)) - (1 << 31)
-    return mix32(rows[:, None] ^ column_hash(num_cols, rows.device)[None, :]) >= threshold
+    """bool [len(rows), num_cols]: True where an element is kept (probability 1 - p), from row hashes: the
+    built-in models' node mask (gnn_dist.nn.dropout), which apply_mask draws."""
+    return keep_rows_mask(rows, num_cols, p)
 
 
 def apply_mask(x: torch.Tensor, rows: torch.Tensor, p: float) -> torch.Tensor:
