@@ -55,12 +55,10 @@ class LayerHooks:
         self.whole_rows = type(conv).__name__ in WHOLE_ROW_LAYERS
         self.propagated = source_arguments(conv._user_args)
         self.edge_updated = source_arguments(conv._edge_user_args)
-        self.handles = [
-            conv.register_forward_pre_hook(self.before_forward, with_kwargs=True),
-            conv.register_forward_hook(self.after_forward),
-            conv.register_propagate_forward_pre_hook(self.before_propagate),
-            conv.register_propagate_forward_hook(self.after_propagate),
-        ]
+        conv.register_forward_pre_hook(self.before_forward, with_kwargs=True)
+        conv.register_forward_hook(self.after_forward)
+        conv.register_propagate_forward_pre_hook(self.before_propagate)
+        conv.register_propagate_forward_hook(self.after_propagate)
         # PyG's compiled edge_updater calls its pre-hooks after lifting node tensors to edges (propagate's before),
         # too late to add halo rows: the layer's own edge_updater is wrapped instead
         self.edge_updater = conv.edge_updater
@@ -80,17 +78,6 @@ class LayerHooks:
         if self.native_forward is not None:
             return "native " + type(self.conv).__name__[:-4].lower()  # native gcn, native gat
         return "native spmm" if self.native is not None else "pyg"
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-        self.conv.edge_updater = self.edge_updater
-        from gnn_dist.pyg import native_path
-
-        if self.native is not None:
-            native_path.remove(self.native)
-        if self.native_forward is not None:
-            native_path.remove_forward(self.native_forward)
 
     def extended_edge_updater(self, edge_index, size=None, **kwargs):
         extended = self._extend((edge_index, size, kwargs), self.edge_updated, "edge update ")
@@ -143,36 +130,28 @@ class LayerHooks:
         if active is None:
             return None
         edge_index, size, kwargs = inputs
-        calls = active.propagate_calls.get(self.name, 0)
-        active.propagate_calls[self.name] = calls + 1
+        suffix = active.call_suffix(self.name)
         complete = self.name in active.full_input
         graph = self.graph
         extended = dict(kwargs)
         for argument in arguments:
             value = kwargs.get(argument)
-            slot = f"{self.name} {what}{argument}" + (f" #{calls}" if calls else "")
             if isinstance(value, torch.Tensor):
-                if complete:
-                    _check_rows(value, graph.n_all, slot)
-                    extended[argument] = (value, value[:graph.n_owned])
-                else:
-                    extended[argument] = (graph.with_halo(value, slot), value)
+                source, target = value, value
             elif isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], torch.Tensor):
-                source = value[0]
-                if complete:
-                    _check_rows(source, graph.n_all, slot)
-                else:
-                    source = graph.with_halo(source, slot)
-                extended[argument] = (source, value[1])
+                source, target = value
+            else:
+                continue
+            if complete:
+                graph.check_complete(source, f"{self.name} {what}{argument}{suffix}")
+                if target is source:
+                    target = source[:graph.n_owned]
+            else:
+                source = graph.with_halo(source, f"{self.name} {what}{argument}{suffix}")
+            extended[argument] = (source, target)
         if isinstance(edge_index, torch.Tensor) and edge_index.layout == torch.strided:
             active.edges = edge_index
         return edge_index, None, extended
-
-
-def _check_rows(value: torch.Tensor, rows: int, slot: str) -> None:
-    if value.shape[0] != rows:
-        raise ValueError(f"{slot}: a layer given [owned | halo] input rows ({rows}) passed {value.shape[0]} rows to "
-                         f"message passing; gnn-dist cannot tell which rows these are")
 
 
 def with_halo(x: torch.Tensor) -> torch.Tensor:
@@ -187,8 +166,4 @@ def with_halo(x: torch.Tensor) -> torch.Tensor:
     if graph is None:
         raise RuntimeError("gd.with_halo needs a part: call it inside a distributed model's forward, or after "
                            "gd.load_partition")
-    calls = 0
-    if active is not None:
-        calls = active.propagate_calls.get("with_halo", 0)
-        active.propagate_calls["with_halo"] = calls + 1
-    return graph.with_halo(x, f"with_halo #{calls}")
+    return graph.with_halo(x, "with_halo" + (active.call_suffix("with_halo") if active is not None else ""))

@@ -55,9 +55,7 @@ class NativePropagate:
         hooks, graph = self.hooks, self.hooks.graph
         complete = hooks.name in active.full_input
         active.full_input.discard(hooks.name)  # a later propagate (SGConv's hops) aggregates its own owned rows
-        calls = active.propagate_calls.get(hooks.name, 0)
-        active.propagate_calls[hooks.name] = calls + 1
-        slot = f"{hooks.name} x" + (f" #{calls}" if calls else "")
+        slot = f"{hooks.name} x{active.call_suffix(hooks.name)}"
         operator = self._operator(edge_index, weight, source.dtype, graph.n_owned, graph.n_all)
         hooks.taken = "native spmm"
         return aggregate(graph, operator, source, complete, slot)
@@ -89,8 +87,7 @@ def aggregate(graph, operator: SparseOperator, rows: torch.Tensor, complete: boo
     if known is not None:
         flat, complete = known.reshape(known.shape[0], -1), True
     if complete:
-        if flat.shape[0] != graph.n_all:
-            raise ValueError(f"{slot}: a layer given [owned | halo] rows ({graph.n_all}) aggregated {flat.shape[0]}")
+        graph.check_complete(flat, slot)
         out = spmm(operator, flat, bias)
     elif graph.exchanger.overlapped(slot, False):
         out = overlapped_aggregation(operator, graph.exchanger, flat, bias, slot)
@@ -103,10 +100,6 @@ def install(hooks) -> NativePropagate:
     native = NativePropagate(hooks)
     hooks.conv.propagate = native
     return native
-
-
-def remove(native: NativePropagate) -> None:
-    native.conv.propagate = native.pyg_propagate
 
 
 class NativeGCNForward:
@@ -162,11 +155,6 @@ def install_gcn_forward(hooks, propagate: NativePropagate) -> NativeGCNForward |
     forward = NativeGCNForward(hooks, propagate)
     hooks.conv.forward = forward
     return forward
-
-
-def remove_forward(forward) -> None:
-    """Give a layer its own forward back (NativeGCNForward, NativeGATForward)."""
-    forward.conv.forward = forward.pyg_forward
 
 
 class NativeGATForward:

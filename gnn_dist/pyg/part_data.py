@@ -22,6 +22,7 @@ from gnn_dist.halo.overlap import agreed_overlap
 from gnn_dist.halo.plan import HaloPlan
 from gnn_dist.halo.shared import SharedHalo
 from gnn_dist.partition.format import load_meta, load_part
+from gnn_dist.pyg.passes import last_loaded
 from gnn_dist.schedules import parse_schedule
 
 # The attribute of a tensor of owned rows that holds the same rows with the halo's appended, where gnn-dist
@@ -36,11 +37,8 @@ class PartGraph:
     ctx: RankContext
     plan: HaloPlan
     exchanger: HaloExchanger
-    node_ids: torch.Tensor    # int64 [n_owned]
-    halo_ids: torch.Tensor    # int64 [n_halo]
+    all_ids: torch.Tensor     # int64 [n_owned + n_halo]: original ids of [owned | halo] rows (keys every dropout)
     edge_index: torch.Tensor  # int64 [2, E]: data.edge_index
-    num_parts: int
-    directory: str
     # gcn_norm's results for the part's own edges (gnn_dist.pyg.gcn_norm): (improved, self loops, dtype) -> ...
     norm_cache: dict = field(default_factory=dict)
     edge_weight: torch.Tensor | None = None  # data.edge_weight, where the partition has one
@@ -54,8 +52,12 @@ class PartGraph:
         return self.plan.n_owned + self.plan.n_halo
 
     @property
-    def all_ids(self) -> torch.Tensor:
-        return torch.cat([self.node_ids, self.halo_ids])
+    def node_ids(self) -> torch.Tensor:
+        return self.all_ids[:self.n_owned]
+
+    @property
+    def halo_ids(self) -> torch.Tensor:
+        return self.all_ids[self.n_owned:]
 
     def configure(self, schedule: str, halo_dtype: str | None, seed: int) -> None:
         """The schedule and wire format of the model's exchanges (gd.distribute's options)."""
@@ -73,10 +75,16 @@ class PartGraph:
         if x.shape[0] != self.n_owned:
             raise ValueError(f"{slot}: a tensor of {x.shape[0]} rows reached the halo exchange, which takes one row "
                              f"per owned node ({self.n_owned} on rank {self.ctx.rank})")
-        if x.is_floating_point() is False:
+        if not x.is_floating_point():
             raise ValueError(f"{slot}: gnn-dist exchanges floating-point node tensors only (got {x.dtype})")
         flat = x.reshape(x.shape[0], -1)
         return self.exchanger.gather(flat, slot).reshape(self.n_all, *x.shape[1:])
+
+    def check_complete(self, rows: torch.Tensor, slot: str) -> None:
+        """Rows a layer computed from [owned | halo] inputs gnn-dist supplied must be [owned | halo] rows."""
+        if rows.shape[0] != self.n_all:
+            raise ValueError(f"{slot}: a layer given [owned | halo] input rows ({self.n_all}) passed {rows.shape[0]} "
+                             f"rows to message passing; gnn-dist cannot tell which rows these are")
 
     def input_with_halo(self, x: torch.Tensor, slot: str) -> torch.Tensor:
         """[owned | halo] rows of a tensor that is an input of the model, exactly (fp32 rows, whatever the
@@ -133,9 +141,8 @@ def load_partition(directory: str, ctx: RankContext, dtype: torch.dtype | None =
     counts = np.diff(part.indptr)
     targets = np.repeat(np.arange(part.n_owned, dtype=np.int64), counts)
     edge_index = _host(np.stack([part.indices.astype(np.int64), targets]))
-    graph = PartGraph(ctx=ctx, plan=plan, exchanger=exchanger, node_ids=_host(part.node_ids),
-                      halo_ids=_host(part.halo_ids), edge_index=edge_index,
-                      num_parts=meta.num_parts, directory=str(directory))
+    graph = PartGraph(ctx=ctx, plan=plan, exchanger=exchanger,
+                      all_ids=_host(np.concatenate([part.node_ids, part.halo_ids])), edge_index=edge_index)
     owned_x = x_full[:part.n_owned]
     setattr(owned_x, WITH_HALO, x_full)
     data = Data(x=owned_x, edge_index=edge_index, y=_host(part.y),
@@ -148,7 +155,6 @@ def load_partition(directory: str, ctx: RankContext, dtype: torch.dtype | None =
     graph.edge_weight = data.get("edge_weight")
     data.num_classes = int(meta.num_classes)
     data._gnn_dist = graph  # an underscore name: kept on the object, not among the Data's attributes
-    from gnn_dist.pyg.passes import last_loaded
     last_loaded(graph)
     return data
 

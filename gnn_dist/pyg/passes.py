@@ -33,6 +33,15 @@ class Pass:
     edges: torch.Tensor | None = None
 
 
+    def call_suffix(self, name: str) -> str:
+        """Counts a call of `name` (a layer's propagate, or with_halo) in this pass and returns what tells its
+        exchange slots from an earlier call's ("" for the first, " #k" after: APPNP's hops). Slots are the
+        same on every rank and every step, so schedules keep their per-slot state."""
+        calls = self.propagate_calls.get(name, 0)
+        self.propagate_calls[name] = calls + 1
+        return f" #{calls}" if calls else ""
+
+
 def current() -> Pass | None:
     """The wrapped forward running on this thread, or None."""
     return getattr(_local, "active", None)
