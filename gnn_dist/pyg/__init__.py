@@ -15,5 +15,5 @@ wrapper.py     gd.distribute: refusals, hooks, parameter broadcast, the gradient
 reductions.py  gd.init, gd.all_reduce, gd.replicated, gd.cross_entropy, gd.accuracy
 checkpoint.py  gd.save / gd.load: the model, the optimizer and the step, resumable at any P
 
-May import: comm, context, halo, kernels, memory, models, nn, partition, schedules
+May import: comm, context, halo, kernels, memory, models, nn, partition, schedules, steps
 """

@@ -18,6 +18,7 @@ from gnn_dist.pyg.batch_norm import unsupported as unsupported_norm
 from gnn_dist.pyg.halo_hooks import LayerHooks
 from gnn_dist.pyg.part_data import graph_of
 from gnn_dist.schedules import parse_schedule
+from gnn_dist.steps.flat import pack_into, unpack_from
 
 # Schedules that reweight each row's aggregation by the halo rows present (bns, adaptive) need the layer's
 # aggregation operator, which a PyG layer does not expose; the others move rows and nothing more.
@@ -164,54 +165,48 @@ class DistributedModel(nn.Module):
         return [p for p in self.module.parameters() if p.requires_grad and not _is_lazy(p)]
 
     def _broadcast_parameters(self) -> None:
-        tensors = [p.data for p in self.module.parameters() if not _is_lazy(p)]
+        tensors = [p for p in self.module.parameters() if not _is_lazy(p)]
         tensors += [b for b in self.module.buffers() if b.is_floating_point() and not _is_lazy(b)]
         if not tensors or self._graph.ctx.size == 1:
             return
-        comm = self._graph.ctx.comm
-        for dtype in sorted({t.dtype for t in tensors}, key=str):
-            group = [t for t in tensors if t.dtype == dtype]
-            flat = torch.cat([t.reshape(-1) for t in group])
-            comm.bcast_(flat, root=0)
-            offset = 0
-            for t in group:
-                t.copy_(flat[offset:offset + t.numel()].view_as(t))
-                offset += t.numel()
+        for group in _by_dtype(tensors):
+            flat = torch.empty(sum(t.numel() for t in group), dtype=group[0].dtype, device=group[0].device)
+            pack_into(group, flat, grads=False)
+            self._graph.ctx.comm.bcast_(flat, root=0)
+            unpack_from(group, flat, grads=False)
 
     def _queue_gradient_sum(self) -> None:
         if self._sum_queued:
             return
         self._sum_queued = True
-        # gradients already there (accumulated over earlier backwards) are summed already: keep them out
-        self._before = {id(p): p.grad.detach().clone() for p in self._parameters_in_order() if p.grad is not None}
+        # Gradients accumulated by earlier backwards were summed then: set them aside, so that this backward's
+        # own gradients alone are summed, and add them back after.
+        self._before = {}
+        for p in self._parameters_in_order():
+            if p.grad is not None:
+                self._before[id(p)], p.grad = p.grad, None
         torch.autograd.Variable._execution_engine.queue_callback(self._sum_gradients)
 
     def _sum_gradients(self) -> None:
         self._sum_queued = False
         params = self._parameters_in_order()
-        if self._graph.ctx.size == 1 or not params:
-            self._before = {}
-            return
-        pieces = []
+        if self._graph.ctx.size > 1:
+            for group in _by_dtype(params):  # a parameter without a gradient here counts as zero
+                flat = torch.empty(sum(p.numel() for p in group), dtype=group[0].dtype, device=group[0].device)
+                pack_into(group, flat, grads=True)
+                self._graph.exchanger.allreduce_(flat)
+                unpack_from(group, flat, grads=True)
         for p in params:
-            if p.grad is None:
-                pieces.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
-            else:
-                before = self._before.get(id(p))
-                pieces.append((p.grad if before is None else p.grad - before).reshape(-1))
-        dtypes = {piece.dtype for piece in pieces}
-        for dtype in sorted(dtypes, key=str):
-            index = [k for k, piece in enumerate(pieces) if piece.dtype == dtype]
-            flat = torch.cat([pieces[k] for k in index]).contiguous()
-            self._graph.exchanger.allreduce_(flat)
-            offset = 0
-            for k in index:
-                p = params[k]
-                summed = flat[offset:offset + p.numel()].view_as(p)
-                offset += p.numel()
-                before = self._before.get(id(p))
-                p.grad = summed.clone() if before is None else before + summed
+            before = self._before.get(id(p))
+            if before is not None:
+                p.grad = before if p.grad is None else before.add_(p.grad)
         self._before = {}
+
+
+def _by_dtype(tensors: list) -> list[list]:
+    """The tensors grouped by dtype, each group in the given order and the groups in a fixed order (one flat
+    buffer a group, the same on every rank)."""
+    return [[t for t in tensors if t.dtype == dtype] for dtype in sorted({t.dtype for t in tensors}, key=str)]
 
 
 def _is_lazy(tensor) -> bool:
