@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnn_dist.partition.graph import Graph
+from gnn_dist.partition.graph import EDGE_ARRAYS, Graph
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,6 @@ class PartStats:
     local_edges: int  # CSR entries whose source is owned
     cut_edges: int    # CSR entries whose source is a halo node
     train: int        # owned training nodes
-
-
-EDGE_ARRAYS = ("edge_weight", "edge_attr")  # optional per-edge arrays of a graph, carried into the part files
 
 
 def build_parts(graph: Graph, parts: np.ndarray, num_parts: int, blocks: np.ndarray | None = None,

@@ -21,7 +21,15 @@ from pathlib import Path
 import numpy as np
 
 from gnn_dist.partition.chunked import load_chunked, read_meta
-from gnn_dist.partition.graph import DatasetError, Graph, GraphSizes, random_split, symmetrize, symmetrize_with_values
+from gnn_dist.partition.graph import (
+    EDGE_ARRAYS,
+    DatasetError,
+    Graph,
+    GraphSizes,
+    random_split,
+    symmetrize,
+    symmetrize_with_values,
+)
 from gnn_dist.partition.ogb_raw import import_ogb_quietly, ogb_meta  # noqa: F401 - where callers find them
 from gnn_dist.partition.registry import (  # noqa: F401 - the registry's API, here where every built-in kind is
     DatasetKind,
@@ -237,7 +245,7 @@ def _graph_from_npz(path: Path, name: str, *, seed: int, split_required: bool) -
     else:
         num_classes = int(y.max()) + 1 if y.size else 0
     edge_arrays = {}
-    for key, ndim in (("edge_weight", 1), ("edge_attr", 2)):
+    for key, ndim in EDGE_ARRAYS.items():
         if key in arrays:
             value = np.asarray(arrays[key])
             if value.ndim != ndim or value.shape[0] != edge_index.shape[1] or not np.issubdtype(value.dtype, np.number):
@@ -249,7 +257,7 @@ def _graph_from_npz(path: Path, name: str, *, seed: int, split_required: bool) -
     else:
         edges = symmetrize(edge_index, num_nodes)
     graph = Graph(name, edges, x.astype(np.float32, copy=False), y, masks[0], masks[1], masks[2], num_classes,
-                  edge_weight=edge_arrays.get("edge_weight"), edge_attr=edge_arrays.get("edge_attr"))
+                  **edge_arrays)
     graph.validate()
     return graph
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gnn_dist.partition.graph import EDGE_ARRAYS
+
 FORMAT_VERSION = 3
 # version 1 predates --task (its partitions are node classification's), version 2 typed graphs (meta.hetero)
 READABLE_VERSIONS = (1, 2, 3)
@@ -289,7 +291,7 @@ def _check_arrays(path: Path, arrays: dict, meta: PartitionMeta, k: int) -> None
         if str(array.dtype) != dtype or array.shape != expected:
             raise PartitionFormatError(f"{path}: array {name} is {array.dtype} {array.shape}, expected {dtype} "
                                        f"{expected}: re-run gnn-dist partition")
-    for name, ndim in (("edge_weight", 1), ("edge_attr", 2)):  # optional: graphs with edge values have them
+    for name, ndim in EDGE_ARRAYS.items():  # optional: graphs with edge values have them
         if name in arrays and (str(arrays[name].dtype) != "float32" or arrays[name].ndim != ndim
                                or arrays[name].shape[0] != sizes["nnz"]):
             raise PartitionFormatError(f"{path}: array {name} is {arrays[name].dtype} {arrays[name].shape}, expected "

@@ -26,6 +26,11 @@ class GraphSizes:
     input_edges: int  # as stored, one direction each
 
 
+# A graph's optional per-edge arrays (name -> dimensions): one value, or D values, per directed edge, carried from
+# the input through symmetrising into each part file's CSR entries
+EDGE_ARRAYS = {"edge_weight": 1, "edge_attr": 2}
+
+
 @dataclass(frozen=True)
 class Graph:
     """A graph with node features, node labels and masks, and, where its dataset has one, an official edge
@@ -120,13 +125,17 @@ def symmetrize(edge_index: np.ndarray, num_nodes: int) -> np.ndarray:
     edge_index = np.asarray(edge_index, dtype=np.int64)
     if edge_index.size == 0:
         return np.zeros((2, 0), dtype=np.int64)
-    if edge_index.min() < 0 or edge_index.max() >= num_nodes:
-        raise DatasetError(f"edge_index refers to nodes outside [0, {num_nodes}): fix the edge list")
+    _check_node_range(edge_index, num_nodes)
     keys = np.empty(2 * edge_index.shape[1], dtype=np.int64)
     filled = add_both_directions(keys, 0, edge_index[0], edge_index[1], num_nodes)
     holder = [keys[:filled]]
     del keys
     return edges_from_keys(holder, num_nodes)
+
+
+def _check_node_range(edge_index: np.ndarray, num_nodes: int) -> None:
+    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
+        raise DatasetError(f"edge_index refers to nodes outside [0, {num_nodes}): fix the edge list")
 
 
 def symmetrize_with_values(edge_index: np.ndarray, num_nodes: int, values: dict[str, np.ndarray],
@@ -135,8 +144,7 @@ def symmetrize_with_values(edge_index: np.ndarray, num_nodes: int, values: dict[
     values; an edge given twice (in either direction) must carry the same values, else DatasetError naming the
     fix. Self loops are dropped with their values. Sorted by (target, source), as symmetrize's."""
     edge_index = np.asarray(edge_index, dtype=np.int64)
-    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
-        raise DatasetError(f"edge_index refers to nodes outside [0, {num_nodes}): fix the edge list")
+    _check_node_range(edge_index, num_nodes)
     keep = edge_index[0] != edge_index[1]
     src, dst = edge_index[0][keep], edge_index[1][keep]
     keys = np.concatenate([dst * num_nodes + src, src * num_nodes + dst])

@@ -22,6 +22,7 @@ from gnn_dist.halo.overlap import agreed_overlap
 from gnn_dist.halo.plan import HaloPlan
 from gnn_dist.halo.shared import SharedHalo
 from gnn_dist.partition.format import load_meta, load_part
+from gnn_dist.partition.graph import EDGE_ARRAYS
 from gnn_dist.pyg.passes import last_loaded
 from gnn_dist.schedules import parse_schedule
 
@@ -149,7 +150,7 @@ def load_partition(directory: str, ctx: RankContext, dtype: torch.dtype | None =
                 train_mask=_host(part.train_mask), val_mask=_host(part.val_mask),
                 test_mask=_host(part.test_mask), n_id=graph.node_ids,
                 halo_n_id=graph.halo_ids, num_nodes=part.n_owned)
-    for name in ("edge_weight", "edge_attr"):  # the values of each in-edge, in edge_index's order
+    for name in EDGE_ARRAYS:  # the values of each in-edge, in edge_index's order
         if name in part.arrays:
             data[name] = _host(part.arrays[name])
     graph.edge_weight = data.get("edge_weight")
