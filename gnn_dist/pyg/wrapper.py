@@ -122,9 +122,10 @@ class DistributedModel(nn.Module):
         return self._graph
 
     def paths(self) -> dict[str, str]:
-        """Which path each message-passing layer takes: "native gcn" (a GCNConv ordered as --model gcn, on the
-        native SpMM), "native spmm" (a linear aggregation on gnn-dist's CSR product; gnn_dist.pyg.native_path)
-        or "pyg" (PyG's own message passing over [owned | halo] rows)."""
+        """Which path each message-passing layer took in the last forward: "native gcn" (a GCNConv ordered as
+        --model gcn, on the native SpMM), "native gat" (a GATConv on the built-in attention kernels), "native
+        spmm" (a linear aggregation on gnn-dist's CSR product; gnn_dist.pyg.native_path) or "pyg" (PyG's own
+        message passing over [owned | halo] rows)."""
         return {hooks.name: hooks.path for hooks in self._hooks}
 
     def forward(self, *args, **kwargs):
