@@ -24,19 +24,25 @@ def option_values(command: list[str], flag: str) -> list[str]:
     return values
 
 
+def import_target(target: str, prefix: str = "gnn_dist_plugin_"):
+    """Import a module by name, or a .py file by path (as module prefix + its stem); returns the module. Any
+    failure of the user's code propagates as raised."""
+    if not target.endswith(".py"):
+        return importlib.import_module(target)
+    path = Path(target).resolve()
+    spec = importlib.util.spec_from_file_location(f"{prefix}{path.stem}", path)
+    if spec is None or not path.is_file():
+        raise FileNotFoundError(f"no such file {target}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def import_plugins(argv: list[str]) -> None:
     """Import every --plugin of a command line, in order; PluginError on the first that fails."""
     for target in option_values(argv, "--plugin"):
         try:
-            if target.endswith(".py"):
-                path = Path(target).resolve()
-                spec = importlib.util.spec_from_file_location(f"gnn_dist_plugin_{path.stem}", path)
-                if spec is None or not path.is_file():
-                    raise FileNotFoundError(f"no such file {target}")
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[spec.name] = module
-                spec.loader.exec_module(module)
-            else:
-                importlib.import_module(target)
+            import_target(target)
         except Exception as err:  # noqa: BLE001 - any failure of user code is one usage error line
             raise PluginError(f"--plugin {target}: cannot import it ({type(err).__name__}: {err})") from err
