@@ -7,8 +7,8 @@ rank during training prints the rank and the cause and aborts the whole job.
 
 The benchmarks are imported only when `gnn-dist bench` runs (the core never loads them).
 
-May import: benchmarks, comm, config, context, embed, export, memory, partition, partition_report, plan,
-    plugins, resilience, tasks, training
+May import: benchmarks, comm, config, context, embed, export, memory, options, partition, partition_report,
+    plan, plugins, resilience, tasks, training
 """
 from __future__ import annotations
 
@@ -21,14 +21,13 @@ from gnn_dist.config import (
     LinkConfig,
     ModelConfig,
     TrainConfig,
-    add_options,
     add_train_options,
-    options_from_args,
-    positive_int,
+    is_user_model,
     train_config_from_args,
 )
 from gnn_dist.embed import EmbedConfig
 from gnn_dist.memory.host import byte_size
+from gnn_dist.options import add_options, options_from_args, positive_int
 from gnn_dist.partition.metis import BALANCES
 from gnn_dist.partition.partitioner import DEFAULT_BALANCE, DEFAULT_LOCALITY_BLOCK
 from gnn_dist.plugins.loading import PluginError
@@ -184,6 +183,9 @@ def cmd_inspect(args) -> int:
     try:
         options = options_from_args(ModelConfig, args)
         options["model"] = options["model"] or default_model(load_meta(args.directory))
+        if is_user_model(options["model"]):
+            raise ValueError(f"--model {options['model']}: inspect predicts the built-in models' bytes and memory "
+                             f"only; a model of your own reports its bytes per epoch in gnn-dist train's metrics")
         model = ModelConfig(**options)
         model.validate()
         report = inspect_partition(args.directory, model, schedule=args.schedule, halo_dtype=args.halo_dtype,
@@ -257,6 +259,10 @@ def cmd_export(args) -> int:
         spec = export(args.checkpoint_dir, args.out)
     except (SetupError, OSError, ValueError) as err:
         return _fail("export", str(err))
+    if "keywords" in spec:  # a --model MODULE_OR_FILE:NAME model, exported as itself
+        print(f"wrote {args.out} and {spec_path(args.out)}: {spec['model']} after {spec['gnn_dist']['epochs']} "
+              f"epochs; load it with gnn_dist.export.load_pyg (which imports {spec['model'].rpartition(':')[0]})")
+        return 0
     if "node_types" in spec:  # a typed graph's model (gnn_dist.export.typed)
         print(f"wrote {args.out} and {spec_path(args.out)}: {spec['model']}, inputs for {', '.join(spec['inputs'])} "
               f"and {len(spec['layers'])} layers over {len(spec['relations'])} relations, for a HeteroData "

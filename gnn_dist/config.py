@@ -11,18 +11,19 @@ dtype's codec, a link's spec) is looked up when validate() runs or when a parser
 registry sits above the config (its tasks train with it): --task is checked where training looks the task up,
 and the command line hands its names to add_options as choices.
 
-May import: comm, device, memory, models, schedules
+May import: comm, device, memory, models, options, schedules
 """
 from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 
 from gnn_dist.device import DEVICES, check_device
 from gnn_dist.memory.host import byte_size
+from gnn_dist.options import add_options, fanout_list, option, options_from_args, profile_range, timeout_seconds
 
 MODES = ("full", "sampled")
 HALO_MEMORY_MODES = ("resident", "sequential")
@@ -43,44 +44,26 @@ def _models():
     return gnn_dist.models
 
 
-def timeout_seconds(text: str) -> float | str:
-    """--timeout: "auto" or a number of seconds (0: off)."""
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"give auto or a number of seconds, got {text!r}") from None
+def is_user_model(model: str) -> bool:
+    """--model MODULE_OR_FILE:NAME names a user's PyG model (gnn_dist.training.user_model); a bare name, a
+    registered one."""
+    return ":" in model
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+class ModelChoices(tuple):
+    """--model's choices: the registered names, listed in --help and in argparse's error, and any
+    MODULE_OR_FILE:NAME, checked when the model is built."""
 
-
-def fanout_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected one integer per layer separated by commas, like 15,10,5; "
-                                         f"got {text!r}") from None
-
-
-def option(default=MISSING, help: str = "", *, parse=None, choices=None, flag: str | None = None):
-    """A config field that is also a command-line option.
-
-    parse: argparse's `type` (default: the type of the default); choices: a tuple, or a function returning
-    one when the parser is built (the model registry); flag: the option's name when it is not --FIELD-NAME
-    (a True boolean default becomes --no-FIELD-NAME).
-    """
-    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices, "flag": flag})
+    def __contains__(self, value) -> bool:
+        return tuple.__contains__(self, value) or (isinstance(value, str) and is_user_model(value))
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    model: str = option("gcn", "the model (gnn_dist.models registers them)", choices=lambda: _models().model_names())
+    model: str = option("gcn", "the model (gnn_dist.models registers them), or MODULE_OR_FILE:NAME: a PyG model "
+                               "of your own, built as NAME(in_channels=, hidden_channels=, num_layers=, "
+                               "out_channels=, dropout=) (docs/your-model.md)",
+                        choices=lambda: ModelChoices(_models().model_names()))
     hidden: int = option(16, "width of the hidden layers")
     num_layers: int = option(2, "number of graph convolutions")
     dropout: float = option(0.5, "dropout before every convolution")
@@ -91,9 +74,16 @@ class ModelConfig:
                                               "--model rgat: default 0, as PyG's GATConv)", parse=float)
     num_bases: int = option(0, "--model rgcn: share each layer's relation weights out of this many bases (basis "
                                "decomposition; 0: one weight per relation)")
+    model_kwargs: str = option("", "--model MODULE_OR_FILE:NAME: more keyword arguments of NAME, a JSON object "
+                                   "(e.g. '{\"jk\": \"cat\"}'); it may override the five it is given")
 
     def validate(self) -> None:
         model_class, model_names, one_of = _models().model_class, _models().model_names, _models().one_of
+        if is_user_model(self.model):
+            self._validate_user_model()
+            return
+        if self.model_kwargs:
+            raise ValueError(f"--model-kwargs is for --model MODULE_OR_FILE:NAME, not --model {self.model}: drop it")
         if self.model not in model_names():
             raise ValueError(f"unknown --model {self.model!r}: use {one_of(model_names())}")
         if self.hidden < 1:
@@ -114,6 +104,37 @@ class ModelConfig:
             raise ValueError(f"--num-bases applies to --model rgcn, not --model {self.model}: drop --num-bases")
         if self.attn_dropout is not None and not 0.0 <= self.attn_dropout < 1.0:
             raise ValueError(f"--attn-dropout must lie in [0, 1), got {self.attn_dropout}")
+
+    def _validate_user_model(self) -> None:
+        module, _, name = self.model.rpartition(":")
+        if not module or not name.isidentifier():
+            raise ValueError(f"bad --model {self.model!r}: give MODULE:NAME or FILE.py:NAME, e.g. "
+                             f"torch_geometric.nn.models:GIN")
+        self.user_model_kwargs()
+        if self.hidden < 1 or self.num_layers < 1 or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"--hidden and --num-layers must be at least 1 and --dropout in [0, 1), got "
+                             f"{self.hidden}, {self.num_layers} and {self.dropout}")
+        built_in_only = {"--batch-norm": self.batch_norm, "--heads": self.heads != 1,
+                         "--attn-dropout": self.attn_dropout is not None, "--num-bases": self.num_bases != 0}
+        for flag, given in built_in_only.items():
+            if given:
+                raise ValueError(f"{flag} shapes the built-in models, not --model {self.model}: drop it, and pass "
+                                 f"your model's own keyword in --model-kwargs")
+
+    def user_model_kwargs(self) -> dict:
+        """--model-kwargs as a dict (ValueError naming the fix when it is not a JSON object)."""
+        import json
+
+        if not self.model_kwargs:
+            return {}
+        try:
+            kwargs = json.loads(self.model_kwargs)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--model-kwargs is not JSON ({err.msg} at character {err.pos}): give an object, "
+                             f"e.g. '{{\"jk\": \"cat\"}}'") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"--model-kwargs must be a JSON object of keyword arguments, got {self.model_kwargs!r}")
+        return kwargs
 
     def widths(self, in_dim: int, out_dim: int) -> list[tuple[int, int]]:
         """(input, output) columns of each layer; hidden layers output heads * hidden (one head: hidden)."""
@@ -247,6 +268,8 @@ class TrainConfig:
 
     def validate(self) -> None:
         self.model.validate()
+        if is_user_model(self.model.model):
+            self._validate_user_model()
         if self.task == "link":
             self.link.validate()
             if self.predictions_out is not None:
@@ -279,6 +302,26 @@ class TrainConfig:
                                  f"(a block_pass): {self.schedule} has none; use --halo-memory resident with it")
         self._validate_numbers()
         self._validate_device()
+
+    def _validate_user_model(self) -> None:
+        """What --model MODULE_OR_FILE:NAME cannot do (gnn_dist.training.user_model), refused before it starts."""
+        spec = f"--model {self.model.model}"
+        if self.mode != "full" or self.task != "node":
+            raise ValueError(f"{spec} trains full-batch node classification for now: drop --mode sampled and "
+                             f"--task link, or use a built-in --model")
+        if self.halo_memory != "resident":
+            raise ValueError(f"--halo-memory sequential needs the built-in models' blocked aggregation; a PyG "
+                             f"layer aggregates its whole halo at once: drop it for {spec}")
+        if self.memory_limit is not None:
+            raise ValueError(f"--memory-limit is checked against gnn-dist's memory plan, which only the built-in "
+                             f"models have; there is none of {spec}: drop --memory-limit")
+        built_in_only = {"--device": self.device != "cpu", "--feature-dtype": self.feature_dtype != "fp32",
+                         "--predictions-out": self.predictions_out is not None, "--profile": self.profile is not None,
+                         "--simulate-link": self.simulate_link is not None,
+                         "--embedding-weight-decay": self.embedding_weight_decay is not None}
+        for flag, given in built_in_only.items():
+            if given:
+                raise ValueError(f"{flag} applies to the built-in models, not yet to {spec}: drop it")
 
     def _validate_device(self) -> None:
         check_device(self.device)
@@ -328,55 +371,11 @@ class TrainConfig:
             LinkModel.parse(self.simulate_link)
 
 
-def profile_range(text: str) -> range:
-    """--profile-epochs A:B as range(A, B); ValueError naming the form otherwise."""
-    start, colon, stop = text.partition(":")
-    if not (colon and start.isdigit() and stop.isdigit() and int(start) < int(stop)):
-        raise ValueError(f"bad --profile-epochs {text!r}: give A:B with 0 <= A < B, e.g. 1:3 for epochs 1 and 2")
-    return range(int(start), int(stop))
-
-
-def _flag_fields(config_class, only=None):
-    return [f for f in fields(config_class) if "help" in f.metadata and (only is None or f.name in only)]
-
-
-def add_options(parser: argparse.ArgumentParser, config_class, only=None, help_prefix: str = "",
-                choices: dict | None = None) -> None:
-    """One argparse option per option() field of config_class (or of the names in `only`).
-
-    choices: field name -> a function returning that option's choices, for the options whose registry sits
-    above this module (--task: gnn_dist.tasks, whose tasks train with these configs); the caller supplies it."""
-    for f in _flag_fields(config_class, only):
-        meta = f.metadata
-        flag = meta["flag"] or "--" + f.name.replace("_", "-")
-        text = help_prefix + meta["help"]
-        if f.default is MISSING:
-            parser.add_argument(flag, dest=f.name, required=True, type=meta["parse"] or str, help=text)
-        elif isinstance(f.default, bool):
-            if f.default:
-                parser.add_argument(meta["flag"] or "--no-" + f.name.replace("_", "-"), dest=f.name,
-                                    action="store_false", help=f"do not: {text}")
-            else:
-                parser.add_argument(flag, dest=f.name, action="store_true", help=text)
-        else:
-            listed = (choices or {}).get(f.name, meta["choices"])
-            choices_now = listed() if callable(listed) else listed
-            parse = meta["parse"] or type(f.default)
-            shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
-            parser.add_argument(flag, dest=f.name, type=parse, default=f.default, choices=choices_now,
-                                help=text if f.default is None else f"{text} (default: {shown})")
-
-
 def add_train_options(parser: argparse.ArgumentParser, task_names) -> None:
     """Every option of `gnn-dist train`; task_names: the task registry's names (--task's choices)."""
     add_options(parser, TrainConfig, choices={"task": task_names})
     for config_class in (ModelConfig, SampledConfig, LinkConfig):
         add_options(parser, config_class)
-
-
-def options_from_args(config_class, args: argparse.Namespace, only=None) -> dict:
-    """The option() fields of config_class that `args` holds, as keyword arguments."""
-    return {f.name: getattr(args, f.name) for f in _flag_fields(config_class, only) if hasattr(args, f.name)}
 
 
 def train_config_from_args(args: argparse.Namespace) -> TrainConfig:

@@ -18,7 +18,7 @@ Rank 0 creates the file under a temporary name as an .npy memmap of [num_nodes, 
 own rows there by original id; rank 0 renames it to --out when every rank has finished. A job that fails or
 is killed leaves nothing at --out.
 
-May import: config, context, graph, halo, hetero, memory, models, partition, resilience, steps, training
+May import: config, context, graph, halo, hetero, memory, models, options, partition, resilience, steps, training
 """
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnn_dist.config import DEFAULT_EVAL_CHUNK_NODES, ModelConfig, option
+from gnn_dist.config import DEFAULT_EVAL_CHUNK_NODES, ModelConfig
 from gnn_dist.context import RankContext, SetupError
+from gnn_dist.options import option
 
 EMBED_DTYPES = {"fp32": np.float32, "fp16": np.float16}
 

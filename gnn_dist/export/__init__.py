@@ -21,7 +21,11 @@ to z_u * z_v (`load_decoder(path)` builds it). The model then runs on the whole 
 (both directions of every edge), without self loops, features as partitioned (--normalize-features included).
 A model whose layer has no PyG equivalent built from plain arguments is refused with one line.
 
-May import: config, context, models, resilience
+A model trained with --model MODULE_OR_FILE:NAME is exported as itself: model.pt is its own state_dict, and
+model.json names MODULE_OR_FILE:NAME and the keyword arguments it was built with (load_pyg imports and
+builds it: the user's module must be importable where it loads).
+
+May import: config, context, models, plugins, pyg, resilience
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from gnn_dist.models import model_class
 from gnn_dist.models.base import build_module
 
 FORMAT = "gnn-dist-pyg-1"
+USER_MODEL_FORMAT = "gnn-dist-user-model-1"
 INPUT = "x, edge_index"
 
 
@@ -80,8 +85,12 @@ def build(spec: dict) -> nn.Module:
 
 def export(checkpoint_dir: str, out: str) -> dict:
     """Write out (state_dict) and its .json spec from the newest checkpoint; returns the spec."""
+    from gnn_dist.pyg.checkpoint import epoch_files
     from gnn_dist.resilience.checkpoint import encoder_weights, trained_model
 
+    user_model = epoch_files(checkpoint_dir)
+    if user_model:
+        return _export_user_model(user_model[-1], out)
     fields, all_weights, manifest = trained_model(checkpoint_dir)
     if getattr(model_class(fields["model"]), "typed", False):
         return _export_typed(checkpoint_dir, fields, all_weights, manifest, out)
@@ -111,6 +120,29 @@ def export(checkpoint_dir: str, out: str) -> dict:
     module.load_state_dict(state)  # every one of ours has a place, and the shapes agree
     write_export(out, module, spec, writes)
     return spec
+
+
+def _export_user_model(path: Path, out: str) -> dict:
+    """A --model MODULE_OR_FILE:NAME checkpoint: the user's model rebuilt as trained, with its weights."""
+    from gnn_dist.pyg.checkpoint import read
+
+    state = read(path)
+    run = state.get("run") or {}
+    if "model" not in run:
+        raise SetupError(f"{path} was written by gd.save in a script, not by a --model MODULE:NAME run of the "
+                         f"command line: load it with gd.load in that script")
+    spec = {"format": USER_MODEL_FORMAT, "model": run["model"], "keywords": json.loads(run["keywords"]),
+            "gnn_dist": {"graph": {"dataset": run["dataset"], "num_nodes": run["num_nodes"]}, "epochs": run["epoch"]}}
+    module = _user_model(spec)
+    module.load_state_dict(state["model"])
+    write_export(out, module, spec)
+    return spec
+
+
+def _user_model(spec: dict) -> nn.Module:
+    from gnn_dist.pyg.model_spec import build_model
+
+    return build_model(spec["model"], spec["keywords"])
 
 
 def _export_typed(checkpoint_dir: str, fields: dict, weights: dict, manifest: dict, out: str) -> dict:
@@ -177,6 +209,6 @@ def load_decoder(path: str | os.PathLike) -> nn.Module | None:
 def load_pyg(path: str | os.PathLike) -> nn.Module:
     """The exported module (eval mode), from path and the .json beside it."""
     spec = json.loads(spec_path(path).read_text())
-    module = build(spec)
+    module = _user_model(spec) if spec.get("format") == USER_MODEL_FORMAT else build(spec)
     module.load_state_dict(torch.load(path, weights_only=True))
     return module.eval()

@@ -14,6 +14,7 @@ batch_norm.py  BatchNorm1d with statistics over every rank's rows
 wrapper.py     gd.distribute: refusals, hooks, parameter broadcast, the gradient sum after each backward
 reductions.py  gd.init, gd.all_reduce, gd.replicated, gd.cross_entropy, gd.accuracy
 checkpoint.py  gd.save / gd.load: the model, the optimizer and the step, resumable at any P
+model_spec.py  a MODULE_OR_FILE:NAME model (gnn-dist train --model, export): imported, its keywords, built
 
-May import: comm, context, halo, kernels, memory, models, nn, partition, schedules, steps
+May import: comm, context, halo, kernels, memory, models, nn, partition, plugins, schedules, steps
 """

@@ -170,11 +170,19 @@ def complete_checkpoints(directory: str | os.PathLike) -> list[Path]:
     return sorted(p for p in directory.glob("epoch-*") if (p / MANIFEST).is_file())
 
 
+def _user_model_files(directory: str | os.PathLike) -> list[Path]:
+    """The checkpoints of a --model MODULE:NAME run (gnn_dist.pyg.checkpoint: one gd.save file per epoch)."""
+    from gnn_dist.pyg.checkpoint import epoch_files
+
+    return epoch_files(directory)
+
+
 def newest_checkpoint_epoch(directory: str | os.PathLike) -> int | None:
     """The epoch the newest complete checkpoint resumes at (None when there is none)."""
     found = complete_checkpoints(directory)
     if not found:
-        return None
+        user_model = _user_model_files(directory)
+        return int(user_model[-1].stem.rpartition("-")[2]) if user_model else None
     try:
         return int(json.loads((found[-1] / MANIFEST).read_text())["next_epoch"])
     except (OSError, ValueError, KeyError):
@@ -206,6 +214,9 @@ def trained_model(directory: str | os.PathLike) -> tuple[dict, dict, dict]:
     """(the ModelConfig fields, the model's state_dict, the manifest) of the newest complete checkpoint: what
     `gnn-dist embed` and `gnn-dist export` need, on any partition and at any P. CheckpointError when absent."""
     newest = newest_manifest(directory)
+    if newest is None and _user_model_files(directory):
+        raise CheckpointError(f"{directory} holds a --model MODULE:NAME model's checkpoints, which gnn-dist embed "
+                              f"cannot run: gnn-dist export it and call the model in PyG")
     if newest is None:
         raise CheckpointError(f"no complete checkpoint in {directory}: train with --checkpoint-dir {directory} first")
     path, manifest = newest

@@ -15,17 +15,19 @@ import torch
 from gnn_dist.comm.peers import PeerMonitor
 from gnn_dist.comm.simulated_link import LinkModel
 from gnn_dist.comm.staging import staging_host_bytes
-from gnn_dist.config import TrainConfig, profile_range
+from gnn_dist.config import TrainConfig, is_user_model
 from gnn_dist.context import RankContext
 from gnn_dist.device import peak_device_bytes
 from gnn_dist.log import rank_logger
-from gnn_dist.memory.rss import PhasePeaks, peak_rss_bytes, release_free_heap, use_workspace
+from gnn_dist.memory.rss import PhasePeaks, release_free_heap, use_workspace
 from gnn_dist.metrics import summarise
+from gnn_dist.options import profile_range
 from gnn_dist.resilience.checkpoint import save_checkpoint
 from gnn_dist.resilience.faults import maybe_inject_failure
 from gnn_dist.resilience.supervise import first_num_parts, restarts_so_far
 from gnn_dist.steps.evaluation import write_predictions
 from gnn_dist.steps.state import RankState, max_over_ranks, sum_over_ranks
+from gnn_dist.training.reports import memory_report
 from gnn_dist.training.setup import setup
 
 
@@ -162,25 +164,6 @@ def enter_phase(state: RankState, phase: str) -> None:
         state.memory.enter(phase)
 
 
-def memory_report(ctx: RankContext, memory: PhasePeaks) -> dict:
-    """Peak RSS of every rank, and of each phase on the rank where that phase peaked (bytes).
-
-    A rank's figure is its process's own peak (never reset, so it bounds every phase and matches what
-    /usr/bin/time reports), which also covers whatever ran before train() was called.
-    """
-    phases = memory.stop()
-    # The kernel folds per-thread RSS counters into the high-water mark lazily (every 64 page faults), so
-    # an RSS sample can exceed the mark read just after it by a few pages; the peak is the larger.
-    own_peak = max([peak_rss_bytes(), *phases.values()])
-    per_rank = [int(v) for v in ctx.comm.allgather_object(own_peak)]
-    names = ("setup", "train", "eval")
-    worst = max_over_ranks(ctx, [float(phases.get(name, 0)) for name in names])
-    report = {"peak_rss_bytes": max(per_rank), "peak_rss_bytes_per_rank": per_rank}
-    for name, value in zip(names, worst):
-        report[f"{name}_peak_rss_bytes"] = int(value) if value else None
-    return report
-
-
 def device_peaks(ctx: RankContext, device) -> list[int] | None:
     """Every rank's peak device memory (torch's allocator), or None for a run on CPUs."""
     own = peak_device_bytes(device)
@@ -202,6 +185,13 @@ def train(ctx: RankContext, config: TrainConfig) -> dict:
     """Train on this rank's part; returns the final record (the same on every rank)."""
     use_workspace()
     memory = PhasePeaks("setup")
+    if is_user_model(config.model.model):  # a user's PyG model, through gd.distribute
+        from gnn_dist.training.user_model import train_user_model
+
+        try:
+            return train_user_model(ctx, config, memory)
+        finally:
+            memory.stop()
     # Real MPI jobs only: simulated ranks share one process, which nothing can lose alone.
     peers = PeerMonitor.start(ctx.comm) if ctx.comm.aborts_job else None
     try:
