@@ -19,17 +19,36 @@ docs/architecture.md is the map of the subpackages and of which may import which
 May import: anything, and only on first use of a name of the API below
 """
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 from pathlib import Path as _Path
 
 # The repository keeps partition/, kernels/ and benchmarks/ beside this folder, and the wheel installs them as
-# gnn_dist.partition, gnn_dist.kernels and gnn_dist.benchmarks (pyproject.toml). A checkout imported by path
+# gnn_dist.partition, gnn_dist.kernels and gnn_dist.benchmarks (setup.py). A checkout imported by path
 # (PYTHONPATH=TREE, as benchmarks/regression.py and scripts/mutants.py run another tree, or python -m from its
-# root) must find them in its own folders, not in whichever checkout an editable install points at: so its
-# root joins this package's search path, as pkgutil.extend_path would. Nothing else of the root is meant to be
-# imported through it. An installed wheel has the folders inside and leaves the path alone.
+# root) must find them in its own folders, not in whichever checkout an editable install points at. Exactly
+# these three names are mapped, by a finder placed before every other: the checkout's root itself (its tests/,
+# scripts/, examples/) never becomes part of the package. An installed wheel has the folders inside and
+# installs no finder.
+_MAPPED = ("partition", "kernels", "benchmarks")
 _checkout = _Path(__file__).resolve().parent.parent
+
+
+class _CheckoutFolders(importlib.abc.MetaPathFinder):
+    """gnn_dist.partition, gnn_dist.kernels and gnn_dist.benchmarks from this checkout's top folders; their
+    submodules are then found the usual way, under the folder."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, name = fullname.partition(".")
+        if package != __name__ or name not in _MAPPED:
+            return None
+        init = _checkout / name / "__init__.py"
+        return importlib.util.spec_from_file_location(fullname, init, submodule_search_locations=[str(init.parent)])
+
+
 if not (_Path(__file__).parent / "partition").is_dir() and (_checkout / "partition" / "__init__.py").is_file():
-    __path__.append(str(_checkout))
+    sys.meta_path.insert(0, _CheckoutFolders())
 
 _API = {
     "make_world_comm": "gnn_dist.comm",

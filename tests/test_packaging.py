@@ -49,6 +49,27 @@ def test_the_wheel_holds_every_package_of_the_tree_and_claims_only_gnn_dist(whee
     assert "gnn_dist/kernels/native_kernels.cpp" in names
 
 
+def test_a_checkout_run_by_path_maps_its_three_folders_and_nothing_else_of_its_root(tmp_path):
+    """PYTHONPATH=checkout, from elsewhere (as the regression benchmark and the mutation tool run another tree):
+    gnn_dist.partition, .kernels and .benchmarks are this checkout's folders; tests/, scripts/ and examples/
+    are not part of the package."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    probe = ("import importlib, gnn_dist\n"
+             "for name in ('partition', 'partition.format', 'kernels', 'benchmarks'):\n"
+             "    print(importlib.import_module('gnn_dist.' + name).__file__)\n"
+             "for name in ('tests', 'tests.conftest', 'scripts', 'examples'):\n"
+             "    try:\n"
+             "        importlib.import_module('gnn_dist.' + name)\n"
+             "        print('IMPORTED', name)\n"
+             "    except ModuleNotFoundError:\n"
+             "        pass\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "IMPORTED" not in done.stdout, done.stdout
+    assert [Path(f).relative_to(ROOT).as_posix() for f in done.stdout.split()] == [
+        "partition/__init__.py", "partition/format.py", "kernels/__init__.py", "benchmarks/__init__.py"]
+
+
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_the_installed_wheel_partitions_and_trains_outside_the_checkout(wheel, tmp_path):
