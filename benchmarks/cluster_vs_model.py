@@ -1,4 +1,4 @@
-"""Two emulated hosts on a real shaped link against one host with the modelled link (issue 31's benchmark).
+"""Two emulated hosts on a real shaped link against one host with the modelled link.
 
     sudo python -m gnn_dist.benchmarks.cluster_vs_model [--dataset synthetic:arxiv] [--parts 2,4] [--epochs 45]
         [--target-val-acc 0.8] [--rate-gbit 1]

@@ -1,4 +1,4 @@
-"""`gnn-dist embed` against one epoch of evaluation: wall time and peak RSS per rank (issue 29's benchmark).
+"""`gnn-dist embed` against one epoch of evaluation: wall time and peak RSS per rank.
 
     python -m gnn_dist.benchmarks.embed_bench [--dataset synthetic:products] [--parts 4]
         [--halo-memory sequential] [--hidden 256] [--out DIR]

@@ -8,7 +8,7 @@ edge_index (its default) and through a torch CSR adjacency, then
 `mpiexec -n P gnn-dist train` for each P. With --rounds R the whole sequence
 runs R times, so slow phases of a shared host hit every run alike; ratios are
 taken within a round (paired) and the table shows their median and range.
-Targets (issue 3): P=1 / PyG <= 1.0,
+Targets: P=1 / PyG <= 1.0,
 speed-up P=2 over P=1 >= 1.6, peak RSS per rank P=2 / P=1 <= 0.6, halo bytes
 per epoch / `gnn-dist inspect`'s prediction = 1.00.
 """

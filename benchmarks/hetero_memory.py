@@ -1,4 +1,4 @@
-"""Typed graphs: peak memory per rank as ranks are added, and the typed memory plan's error (issues 50, 51).
+"""Typed graphs: peak memory per rank as ranks are added, and the typed memory plan's error.
 
     python -m gnn_dist.benchmarks.hetero_memory \\
         --datasets hetero:../shared/data/hetero/acm.npz,hetero:../shared/data/hetero/freebase.npz,synthetic:mag200k \\

@@ -1,4 +1,4 @@
-"""R-GAT's epoch time beside PyG's HeteroConv recipe, and P=2 over P=1 (issue 51).
+"""R-GAT's epoch time beside PyG's HeteroConv recipe, and P=2 over P=1.
 
     python -m gnn_dist.benchmarks.hetero_rgat_speed --datasets ../shared/data/hetero/acm.npz,../shared/data/hetero/freebase.npz \\
         [--rounds 3] [--epochs 30] [--out runs/bench-rgat-speed]

@@ -1,4 +1,4 @@
-"""Sampled R-GCN on typed graphs beside full-batch R-GCN (issue 51's accuracy benchmark).
+"""Sampled R-GCN on typed graphs beside full-batch R-GCN (the accuracy benchmark).
 
     python -m gnn_dist.benchmarks.hetero_sampled_bench \\
         --datasets hetero:../shared/data/hetero/acm.npz,hetero:../shared/data/hetero/freebase.npz \\

@@ -1,4 +1,4 @@
-"""Sampled R-GCN at ogbn-mag's scale, end to end (issue 51's scale run): seconds per epoch, peak RSS per rank,
+"""Sampled R-GCN at ogbn-mag's scale, end to end (the scale run): seconds per epoch, peak RSS per rank,
 bytes per epoch, at each P.
 
     python -m gnn_dist.benchmarks.hetero_sampled_scale --parts-dir "parts/mag-p{P}" --parts 2,4 \\

@@ -1,4 +1,4 @@
-"""Peak memory per rank as ranks are added, resident against sequential halos, and the planner's error (issue 12).
+"""Peak memory per rank as ranks are added, resident against sequential halos, and the planner's error.
 
     python -m gnn_dist.benchmarks.memory_scaling --dataset synthetic:large --parts 1,2,4 --out runs/bench-memory \
         [--modes resident,sequential] [--epochs 3] [--before ../gnn-dist-at-an-older-commit]

@@ -75,7 +75,7 @@ def train(tree: Path, work: Path, parts: Path, num_parts: int, model: str, mode:
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     epochs = [r["epoch_s"] for r in records[:-1]][2:] or [r["epoch_s"] for r in records[:-1]]
     final = records[-1]
-    # older trees (the first wave) wrote the largest rank's peak only
+    # older trees (the first layout) wrote the largest rank's peak only
     return {"epoch_s": statistics.median(epochs),
             "peak_rss": max(final.get("peak_rss_bytes_per_rank") or [final["peak_rss_bytes"]])}
 

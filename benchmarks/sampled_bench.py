@@ -14,7 +14,7 @@ each hidden ReLU, Adam, one thread) runs when torch-sparse or pyg-lib is
 importable, for --pyg-steps steps after the first batch; otherwise its row
 says why it was skipped. PyG computes every layer over the whole sampled
 subgraph (its default; trim_to_layer needs pyg-lib's per-hop counts), where
-gnn-dist's blocks shrink layer by layer. Targets (issue 5): P=1 >= 0.8x PyG's
+gnn-dist's blocks shrink layer by layer. Targets: P=1 >= 0.8x PyG's
 seeds/s, P=2 >= 1.5x our P=1, the cache removes at least half of the fetched
 bytes.
 """

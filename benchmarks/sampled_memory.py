@@ -1,4 +1,4 @@
-"""Sampled training's memory against full-batch training's, per rank and per phase (issue 19).
+"""Sampled training's memory against full-batch training's, per rank and per phase.
 
     python -m gnn_dist.benchmarks.sampled_memory --dataset synthetic:medium --parts 1,2 --out runs/bench-sampled-memory \
         [--before ../gnn-dist-at-an-older-commit]

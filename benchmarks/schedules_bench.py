@@ -7,8 +7,8 @@ Runs are real `mpiexec -n P` trainings, one launch per (dataset, P, seed) runnin
 (gnn_dist.benchmarks.train_many), with the default --schedule-guard. Writes schedules.json, schedules.md
 (means over seeds, ratios against exact on the same dataset, P and seed; the worst seed's loss; the epochs the
 divergence guard held to exact) and accuracy_vs_bytes.png.
-Targets (issue 4): stale:4 <= 0.3x exact's bytes within 1.0 point of its accuracy; int8 <= 0.3x within 0.5
-point; bns:0.1 <= 0.2x within 1.0 point; pipeline epoch time below exact's at P = 2. Issue 16 and 27: pipeline
+Targets: stale:4 <= 0.3x exact's bytes within 1.0 point of its accuracy; int8 <= 0.3x within 0.5
+point; bns:0.1 <= 0.2x within 1.0 point; pipeline epoch time below exact's at P = 2. And: pipeline
 and bns:0.1 within 1.0 point on the mean over seeds with no seed more than 2.0 points below; adaptive:0.05
 <= 0.6x within 1.0 point.
 """

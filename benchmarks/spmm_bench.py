@@ -12,7 +12,7 @@ copy into a preallocated tensor. One thread. "touched" bandwidth counts
 every gathered row of X (nnz x width x 4 bytes), as the issue's 5-7 GB/s
 figure for torch did; it is also shown against the copy's one-way rate
 (bytes copied per second, the issue's "11-14 GB/s" kind of figure).
-Target (issue 8): native effective bandwidth >= 50% of copy bandwidth.
+Target: native effective bandwidth >= 50% of copy bandwidth.
 
 A last table probes the cache one thread really gets: random gathers of
 64-byte rows (torch index_select) from working sets of growing size. The

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Issue 30's check on a real GPU, as one prepared script of at most 8 minutes (a GPU machine is lent only to
-# some tasks, for 15 minutes of device time in all; CI has none).
+# The check on a real GPU, as one prepared script of at most 8 minutes (CI has no GPU).
 #
 #   bash scripts/gpu_check.sh            # results under $OUT (the device tool's folder), else runs/gpu-check
 #
@@ -36,7 +35,7 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 {
-    echo "# GPU check (issue 30)"
+    echo "# GPU check"
     echo
     echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "- GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"

@@ -1,4 +1,4 @@
-"""Every tensor the runtime creates names its device (issue 30): a scan of the source, not of a run.
+"""Every tensor the runtime creates names its device: a scan of the source, not of a run.
 
 On a GPU a tensor made with a bare `torch.zeros(n)` lands on the host, and the
 first operation that mixes it with device tensors fails, far from where it was

@@ -1,4 +1,4 @@
-"""`--device cuda` on a real GPU (issue 30). Every test here skips on a machine without CUDA (CI has none);
+"""`--device cuda` on a real GPU. Every test here skips on a machine without CUDA (CI has none);
 scripts/gpu_check.sh runs them on a GPU machine. References: PyG on the whole graph (equivalence.py), and
 the CPU run of the same configuration, itself held to PyG by the rest of the suite.
 """

@@ -333,7 +333,7 @@ def test_timeout_auto_fits_the_limit_to_the_steps_seen(monkeypatch):
     fixed.stop()
 
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ec388d8"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "written-before-subpackages"
 
 
 # Written by commit ec388d8 (before the runtime was grouped into subpackages; tests/fixtures/ec388d8 holds the

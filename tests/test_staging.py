@@ -1,4 +1,4 @@
-"""The device path's pieces that a machine without a GPU can run (issue 30).
+"""The device path's pieces that a machine without a GPU can run.
 
 - Staging (gnn_dist.comm.staging): GNN_DIST_STAGING=always sends host tensors through separate host buffers, the
   path device tensors take, so the copy-in, the copy-back at wait() and the buffer reuse are exercised here;

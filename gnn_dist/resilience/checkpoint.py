@@ -23,7 +23,7 @@ Every file goes to a temporary name and is renamed when complete, so a crash
 mid-write never leaves a checkpoint that looks complete: a checkpoint exists
 only once its manifest does. Files are read with torch.load(weights_only=True)
 (no unpickling of arbitrary objects) and checked against the manifest's sha256.
-Format 1 (every rank wrote everything; before issue 17) is still read, at the
+Format 1 (every rank wrote everything; before sharded checkpoints) is still read, at the
 same P and partition only.
 """
 from __future__ import annotations

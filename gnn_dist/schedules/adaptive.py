@@ -31,7 +31,7 @@ epoch (their gradients discarded, as `stale:R` does); it lost 1.8 points on
 twitch FR at P=8 and 3.6 on synthetic:arxiv at P=4 (3 seeds, GCN 3x64):
 every reused row carries an old dropout sample and old weights across a
 boundary that holds 43% of arxiv's edges, and reusing the returned gradients
-as well costs 5-9 points there (benchmarks/results/adaptive-probe-stop42.md).
+as well costs 5-9 points there (benchmarks/results/adaptive-probe-nine-rules.md).
 Dropping the block costs no bytes and holds every battery cell
 (benchmarks/results/schedules-battery.md). Attention layers (GAT) keep the
 reuse rule: their softmax would count an absent (zero) row as a neighbour,
