@@ -63,6 +63,7 @@ _API = {
     "load_partition": "gnn_dist.pyg.part_data",
     "distribute": "gnn_dist.pyg.wrapper", "with_halo": "gnn_dist.pyg.halo_hooks",
     "save": "gnn_dist.pyg.checkpoint", "load": "gnn_dist.pyg.checkpoint",
+    "NeighborLoader": "gnn_dist.pyg.loader",
 }
 __all__ = sorted(_API)
 __version__ = "0.1.0"

@@ -48,3 +48,17 @@ def test_one_failing_rank_brings_the_whole_job_down(partitioned):
     done = run_mpi(2, str(partitioned("synthetic:tiny", 2)), script="one_rank_fails.py", timeout=120)
     assert done.returncode != 0
     assert "gnn-dist: rank 1: rank 1's own mistake" in done.stderr
+
+
+def test_the_mini_batch_example_trains_and_evaluates_full_batch_under_mpiexec(partitioned):
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not found: pip install mpich (the [mpi] extra)")
+    script = ROOT / "examples" / "pyg_neighbor_sampling.py"
+    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script), str(partitioned("synthetic:small", 2)),
+                           "--hidden", "32", "--epochs", "4", "--batch-size", "256", "--fanouts", "5,5"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    losses = [float(v) for v in re.findall(r"^epoch \d+ loss (\S+)$", done.stdout, re.M)]
+    accuracy = float(re.search(r"^test accuracy (\S+)$", done.stdout, re.M).group(1))
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    assert 0.0 <= accuracy <= 1.0

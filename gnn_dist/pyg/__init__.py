@@ -1,4 +1,5 @@
-"""Your model, your loop: an unmodified PyG model trained full-batch on a partition, exact at any P.
+"""Your model, your loop: an unmodified PyG model trained full-batch on a partition, exact at any P, or on
+sampled mini-batches (gd.NeighborLoader).
 
     ctx = gd.init(); data = gd.load_partition(DIR, ctx)
     model = gd.distribute(Net(...), data)        # every MessagePassing layer's node inputs get their halo rows
@@ -14,7 +15,8 @@ batch_norm.py  BatchNorm1d with statistics over every rank's rows
 wrapper.py     gd.distribute: refusals, hooks, parameter broadcast, the gradient sum after each backward
 reductions.py  gd.init, gd.all_reduce, gd.replicated, gd.cross_entropy, gd.accuracy
 checkpoint.py  gd.save / gd.load: the model, the optimizer and the step, resumable at any P
+loader.py      gd.NeighborLoader: sampled mini-batches laid out as PyG's, from gnn-dist's keyed sampler
 model_spec.py  a MODULE_OR_FILE:NAME model (gnn-dist train --model, export): imported, its keywords, built
 
-May import: comm, context, halo, kernels, memory, models, nn, partition, plugins, schedules, steps
+May import: comm, context, graph, halo, kernels, memory, models, nn, partition, plugins, schedules, steps
 """

@@ -31,8 +31,8 @@ def save(path: str | os.PathLike, model, optimizer=None, run: dict | None = None
     """Write the model (a gd.distribute'd one) and the optimizer's state; a collective (rank 0 writes).
     run: what a caller's loop needs to resume (gnn-dist train's epoch and records: numbers, strings, lists and
     dicts of them), returned by load."""
-    graph = model.graph
-    if graph.ctx.is_root:
+    ctx = model.ctx
+    if ctx.is_root:
         path = Path(path)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         state = {"format": FORMAT, "step": model.step, "seed": model.seed, "model": model.module.state_dict()}
@@ -42,7 +42,7 @@ def save(path: str | os.PathLike, model, optimizer=None, run: dict | None = None
             state["run"] = run
         torch.save(state, tmp)
         os.replace(tmp, path)
-    graph.ctx.comm.barrier()
+    ctx.comm.barrier()
 
 
 def read(path: str | os.PathLike) -> dict:

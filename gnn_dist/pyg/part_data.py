@@ -43,6 +43,8 @@ class PartGraph:
     # gcn_norm's results for the part's own edges (gnn_dist.pyg.gcn_norm): (improved, self loops, dtype) -> ...
     norm_cache: dict = field(default_factory=dict)
     edge_weight: torch.Tensor | None = None  # data.edge_weight, where the partition has one
+    part: object = None  # the part as loaded (partition.format.PartData): its CSR and halo, which gd.NeighborLoader samples
+    x_full: torch.Tensor | None = None  # [owned | halo] rows of data.x: what a loader's feature store serves
 
     @property
     def n_owned(self) -> int:
@@ -142,8 +144,11 @@ def load_partition(directory: str, ctx: RankContext, dtype: torch.dtype | None =
     counts = np.diff(part.indptr)
     targets = np.repeat(np.arange(part.n_owned, dtype=np.int64), counts)
     edge_index = _host(np.stack([part.indices.astype(np.int64), targets]))
+    # the part's own copy of x goes (data.x holds the rows); its CSR and halo stay for gd.NeighborLoader
+    part.arrays["x"] = part.arrays["x"][:0]
     graph = PartGraph(ctx=ctx, plan=plan, exchanger=exchanger,
-                      all_ids=_host(np.concatenate([part.node_ids, part.halo_ids])), edge_index=edge_index)
+                      all_ids=_host(np.concatenate([part.node_ids, part.halo_ids])), edge_index=edge_index,
+                      part=part, x_full=x_full)
     owned_x = x_full[:part.n_owned]
     setattr(owned_x, WITH_HALO, x_full)
     data = Data(x=owned_x, edge_index=edge_index, y=_host(part.y),

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from gnn_dist.pyg import dropout as keyed_dropout
-from gnn_dist.pyg import gcn_norm, passes
+from gnn_dist.pyg import gcn_norm, passes, reductions
 from gnn_dist.pyg.batch_norm import synchronise
 from gnn_dist.pyg.batch_norm import unsupported as unsupported_norm
 from gnn_dist.pyg.halo_hooks import LayerHooks
@@ -97,21 +97,25 @@ class DistributedModel(nn.Module):
                  native: bool = True):
         super().__init__()
         self.module = module
-        self._graph = graph_of(data)
-        comm = self._graph.ctx.comm
+        # data=None: mini-batches (gd.NeighborLoader's), whole subgraphs that need no halo: the model runs as it
+        # is, and only its parameters' broadcast and its gradients' sum are distributed
+        self._graph = graph_of(data) if data is not None else None
+        self._ctx = self._graph.ctx if self._graph is not None else reductions.context()
         # dropout's seed: rank 0's, so every rank draws the same masks
-        self.seed = int(comm.allgather_object(torch.initial_seed() % (1 << 31))[0])
+        self.seed = int(self._ctx.comm.allgather_object(torch.initial_seed() % (1 << 31))[0])
         self.step = 0
-        self._graph.configure(schedule, halo_dtype, self.seed)
-        gcn_norm.install()
-        keyed_dropout.install()
-        from torch_geometric.nn import MessagePassing
+        self._hooks = []
+        if self._graph is not None:
+            self._graph.configure(schedule, halo_dtype, self.seed)
+            gcn_norm.install()
+            keyed_dropout.install()
+            from torch_geometric.nn import MessagePassing
 
-        self._hooks = [LayerHooks(m, name, self._graph, native) for name, m in module.named_modules()
-                       if isinstance(m, MessagePassing)]
-        for norm in module.modules():
-            if isinstance(norm, nn.BatchNorm1d):
-                synchronise(norm, self._graph)
+            self._hooks = [LayerHooks(m, name, self._graph, native) for name, m in module.named_modules()
+                           if isinstance(m, MessagePassing)]
+            for norm in module.modules():
+                if isinstance(norm, nn.BatchNorm1d):
+                    synchronise(norm, self._graph)
         self._lazy = any(_is_lazy(p) for p in module.parameters())
         self._broadcast_parameters()
         self._sum_queued = False
@@ -119,7 +123,12 @@ class DistributedModel(nn.Module):
 
     @property
     def graph(self):
+        """The part's halo graph (gnn_dist.pyg.part_data.PartGraph); None for a model of mini-batches."""
         return self._graph
+
+    @property
+    def ctx(self):
+        return self._ctx
 
     def paths(self) -> dict[str, str]:
         """Which path each message-passing layer took in the last forward: "native gcn" (a GCNConv ordered as
@@ -132,10 +141,12 @@ class DistributedModel(nn.Module):
         if self._lazy:
             self._materialise(*args, **kwargs)
         graph = self._graph
-        graph.exchanger.begin_pass(self.step, self.training)
-        active = passes.Pass(graph=graph, seed=self.seed, step=self.step, training=self.training)
-        with passes.running(active):
+        if graph is None:
             out = self.module(*args, **kwargs)
+        else:
+            graph.exchanger.begin_pass(self.step, self.training)
+            with passes.running(passes.Pass(graph=graph, seed=self.seed, step=self.step, training=self.training)):
+                out = self.module(*args, **kwargs)
         if self.training:
             self.step += 1
         if torch.is_grad_enabled():
@@ -146,10 +157,14 @@ class DistributedModel(nn.Module):
         """Lazy layers (in_channels=-1) take their widths from a first forward, and each rank would draw its own
         initial values: a forward without gradients gives them their widths, rank 0's values are broadcast,
         and only then does the real forward run, so even the first step is the same at every P."""
-        self._graph.exchanger.begin_pass(self.step, False)  # exact, and no schedule keeps anything of it
-        with torch.no_grad(), passes.running(passes.Pass(graph=self._graph, seed=self.seed, step=self.step,
-                                                         training=False)):
-            self.module(*args, **kwargs)
+        if self._graph is None:
+            with torch.no_grad():
+                self.module(*args, **kwargs)
+        else:
+            self._graph.exchanger.begin_pass(self.step, False)  # exact, and no schedule keeps anything of it
+            with torch.no_grad(), passes.running(passes.Pass(graph=self._graph, seed=self.seed, step=self.step,
+                                                             training=False)):
+                self.module(*args, **kwargs)
         self._lazy = any(_is_lazy(p) for p in self.module.parameters())
         if self._lazy:
             raise ValueError("a forward left some lazy parameters without a width: gd.distribute needs every "
@@ -168,12 +183,12 @@ class DistributedModel(nn.Module):
     def _broadcast_parameters(self) -> None:
         tensors = [p for p in self.module.parameters() if not _is_lazy(p)]
         tensors += [b for b in self.module.buffers() if b.is_floating_point() and not _is_lazy(b)]
-        if not tensors or self._graph.ctx.size == 1:
+        if not tensors or self._ctx.size == 1:
             return
         for group in _by_dtype(tensors):
             flat = torch.empty(sum(t.numel() for t in group), dtype=group[0].dtype, device=group[0].device)
             pack_into(group, flat, grads=False)
-            self._graph.ctx.comm.bcast_(flat, root=0)
+            self._ctx.comm.bcast_(flat, root=0)
             unpack_from(group, flat, grads=False)
 
     def _queue_gradient_sum(self) -> None:
@@ -191,11 +206,13 @@ class DistributedModel(nn.Module):
     def _sum_gradients(self) -> None:
         self._sum_queued = False
         params = self._parameters_in_order()
-        if self._graph.ctx.size > 1:
+        if self._ctx.size > 1:
+            # the exchanger's allreduce counts the bytes (and beats the watchdog); mini-batches use the world's
+            reduce = self._graph.exchanger.allreduce_ if self._graph is not None else self._ctx.comm.allreduce_
             for group in _by_dtype(params):  # a parameter without a gradient here counts as zero
                 flat = torch.empty(sum(p.numel() for p in group), dtype=group[0].dtype, device=group[0].device)
                 pack_into(group, flat, grads=True)
-                self._graph.exchanger.allreduce_(flat)
+                reduce(flat)
                 unpack_from(group, flat, grads=True)
         for p in params:
             before = self._before.get(id(p))
@@ -237,8 +254,12 @@ def distribute(model: nn.Module, data=None, schedule: str = "exact", halo_dtype:
     raises ValueError naming it, on every rank alike.
     """
     if data is None:
-        raise ValueError("gd.distribute(model) without data (mini-batches) is not available yet: pass the "
-                         "partition's data, gd.distribute(model, gd.load_partition(DIR, ctx))")
+        if isinstance(model, DistributedModel):
+            raise ValueError(refusal(model, None, schedule))
+        if schedule != "exact" or halo_dtype not in (None, "fp32"):
+            raise ValueError("gd.distribute(model) without data trains on mini-batches, whose subgraphs need no "
+                             "halo: a schedule or halo_dtype applies with data (full-batch)")
+        return DistributedModel(model, None)
     graph_of(data)
     why = refusal(model, data, schedule)
     if why is not None:

@@ -135,16 +135,8 @@ class MiniBatchMode:
         return F.cross_entropy(out[:len(targets)], self.labels[picked], reduction="sum"), len(targets)
 
     def batches(self, epoch: int) -> list[np.ndarray]:
-        rng = np.random.default_rng([self.state.config.seed, epoch, self.state.ctx.rank])
-        if len(self.train_local) == 0:
-            return [np.zeros(0, dtype=np.int64)] * self.steps
-        needed = self.items_per_epoch
-        order = np.concatenate([rng.permutation(self.train_local)
-                                for _ in range(-(-needed // len(self.train_local)))])[:needed]
-        b = self.config.batch_size
-        # the last batch is partial where the largest count is not a multiple of the batch (as DGL's and PyG's
-        # loaders end an epoch), rather than recycling nodes to fill it
-        return [order[i * b:(i + 1) * b] for i in range(self.steps)]
+        return shuffled_batches(self.train_local, self.state.config.seed, epoch, self.state.ctx.rank,
+                                self.items_per_epoch, self.config.batch_size, self.steps)
 
     def _fill_cache(self) -> None:
         """Counting pass: sample the first steps of epoch 0 and cache the remote nodes seen most often."""
@@ -248,3 +240,16 @@ class MiniBatchMode:
             "seeds": figures["seeds"], "seeds_per_s": figures["seeds"] / epoch_s if epoch_s else 0.0,
             "sample_s": slowest[0], "fetch_s": slowest[1], "compute_s": slowest[2],
         }
+
+
+def shuffled_batches(items: np.ndarray, seed: int, epoch: int, rank: int, needed: int, batch_size: int,
+                     steps: int) -> list[np.ndarray]:
+    """An epoch's batches of a rank's items: shuffled by a generator keyed on (seed, epoch, rank), recycled up to
+    `needed` (the largest rank's count, so every rank runs `steps` steps), cut into batches of batch_size."""
+    if len(items) == 0:
+        return [np.zeros(0, dtype=np.int64)] * steps
+    rng = np.random.default_rng([seed, epoch, rank])
+    order = np.concatenate([rng.permutation(items) for _ in range(-(-needed // len(items)))])[:needed]
+    # the last batch is partial where the largest count is not a multiple of the batch (as DGL's and PyG's
+    # loaders end an epoch), rather than recycling nodes to fill it
+    return [order[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
