@@ -51,7 +51,7 @@ if not (_Path(__file__).parent / "partition").is_dir() and (_checkout / "partiti
     sys.meta_path.insert(0, _CheckoutFolders())
 
 _API = {
-    "make_world_comm": "gnn_dist.comm",
+    "make_world_comm": "gnn_dist.comm.communicator",
     "ModelConfig": "gnn_dist.config", "SampledConfig": "gnn_dist.config", "TrainConfig": "gnn_dist.config",
     "RankContext": "gnn_dist.context", "SetupError": "gnn_dist.context",
     "register_model": "gnn_dist.models", "register_schedule": "gnn_dist.schedules",

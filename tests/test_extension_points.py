@@ -61,10 +61,11 @@ class SumConv(DistConv):
         return rows, cols, np.ones(rows.shape[0])
 
     @staticmethod
-    def block_operator(block):
+    def block_operator(block, with_transpose: bool = True):
         loops = torch.arange(block.n_dst, dtype=torch.int64)
         rows, cols = torch.cat([block.dst, loops]), torch.cat([block.src, loops])
-        return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0]), (block.n_dst, block.n_src))
+        return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0]), (block.n_dst, block.n_src),
+                                       with_transpose=with_transpose)
 
 
 @register_schedule
@@ -134,15 +135,13 @@ def test_a_model_and_a_schedule_registered_from_a_test_train_at_two_ranks(partit
         assert torch.allclose(logits, reference[torch.from_numpy(ids)], rtol=1e-4, atol=1e-4)
 
 
-def test_a_model_whose_block_operator_takes_only_the_block_trains_sampled(partitioned):
-    """A model written before block_operator took with_transpose (test-sum's takes only the block) is called
-    that way, and block_needs_transpose (what the step and the plan ask) says every operator has its transpose."""
+def test_a_model_registered_from_a_test_trains_sampled_with_transposes_only_where_asked(partitioned):
+    """test-sum's block_operator builds its transpose only where the step asks (block_needs_transpose): none for an
+    input layer that aggregates the features first and needs no input gradient."""
     from gnn_dist.models import model_class
-    from gnn_dist.models.gcn import DistGCNConv
 
-    assert not model_class("test-sum").block_operator_takes_transpose()
-    assert model_class("test-sum").block_needs_transpose(True, False)  # no flag: built with it anyway
-    assert not DistGCNConv.block_needs_transpose(True, False)
+    assert not model_class("test-sum").block_needs_transpose(True, False)
+    assert model_class("test-sum").block_needs_transpose(True, True)
     directory = partitioned("synthetic:tiny", 2)
     config = TrainConfig(parts=str(directory), mode="sampled", epochs=1, progress=False, timeout=0,
                          model=ModelConfig(model="test-sum", hidden=8, num_layers=2, dropout=0.0),

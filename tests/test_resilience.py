@@ -336,8 +336,8 @@ def test_timeout_auto_fits_the_limit_to_the_steps_seen(monkeypatch):
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "written-before-subpackages"
 
 
-# Written by commit ec388d8 (before the runtime was grouped into subpackages; tests/fixtures/ec388d8 holds the
-# partition it trained on, its checkpoint at epoch 4 and its metrics): the options of each run.
+# Written by commit ec388d8, before the runtime was grouped into subpackages (the fixture folder holds the partition
+# it trained on, its checkpoint at epoch 4 and its metrics): the options of each run.
 OLD_RUNS = {"checkpoint-gcn": ["--hidden", "8"],
             "checkpoint-gat-stale": ["--model", "gat", "--heads", "2", "--hidden", "4", "--schedule", "stale:3"]}
 

@@ -8,10 +8,5 @@
     hosts            the hosts a supervised job may run on, and which of them answer
     peers            who is lost when a job dies: ring neighbours watched over plain TCP
 
-`from gnn_dist.comm import Comm, make_world_comm` keeps working (this module was one file before).
-
 May import: nothing of gnn_dist
 """
-from gnn_dist.comm.communicator import Comm, MPIComm, Pending, exchange_rows, first_failure, launcher_rank, make_world_comm
-
-__all__ = ["Comm", "MPIComm", "Pending", "exchange_rows", "first_failure", "launcher_rank", "make_world_comm"]

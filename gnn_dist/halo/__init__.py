@@ -8,11 +8,5 @@
     overlap           the exact exchange overlapped with the owned rows' product
     shared            the exact exchange through one host's shared memory
 
-`from gnn_dist.halo import HaloExchanger, HaloPlan` keeps working (this module was one file before).
-
 May import: comm, device, kernels, partition
 """
-from gnn_dist.halo.exchange import HaloExchanger, TrafficCounters
-from gnn_dist.halo.plan import HaloPlan
-
-__all__ = ["HaloExchanger", "HaloPlan", "TrafficCounters"]

@@ -14,8 +14,6 @@ inputs are the cached input features, so the model passes the whole
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 from typing import ClassVar
 
@@ -208,18 +206,11 @@ class DistConv(nn.Module):
         return _conv_forward(self, x, x_full, halo_source)
 
     @classmethod
-    @functools.cache  # asked every step and layer; a class's signature does not change
-    def block_operator_takes_transpose(cls) -> bool:
-        """Whether block_operator takes with_transpose; one that takes only the block (a model written before
-        the flag existed) is called that way and builds every transpose."""
-        return "with_transpose" in inspect.signature(cls.block_operator).parameters
-
-    @classmethod
     def block_needs_transpose(cls, aggregate_first: bool, input_needs_grad: bool) -> bool:
         """Whether a layer's sampled-block operator needs its transpose: a gradient flows back through the
         aggregation when the layer's input needs one, or when it aggregates rows its weight transformed. (The
         input layer aggregating the features first needs none: half the block's set-up.)"""
-        return input_needs_grad or not aggregate_first or not cls.block_operator_takes_transpose()
+        return input_needs_grad or not aggregate_first
 
     @classmethod
     def block_input_gradients(cls, aggregate_first: bool) -> int:

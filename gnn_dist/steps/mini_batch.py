@@ -166,14 +166,12 @@ class MiniBatchMode:
     def block_operators(self, batch: PreparedBatch) -> list:
         """Each layer's block operator, outermost first; a transpose only where a gradient flows through it."""
         operators, input_needs_grad = [], batch.x.requires_grad
-        takes_flag = self.model_class.block_operator_takes_transpose()
         for conv, block in zip(self.state.model.convs, reversed(batch.blocks)):
             # the order forward_block will take on the operator, from the block's counts before it is built
             entries = len(block.dst) + (block.n_dst if self.model_class.self_loops else 0)
             needed = conv.block_needs_transpose(conv.aggregates_block_first(block.n_src, block.n_dst, entries),
                                                 input_needs_grad)
-            operators.append(self.model_class.block_operator(block, needed) if takes_flag
-                             else self.model_class.block_operator(block))
+            operators.append(self.model_class.block_operator(block, needed))
             input_needs_grad = True  # every later layer's input depends on the weights below it
         return operators
 

@@ -3,7 +3,7 @@ halos travel on even epochs only; odd epochs reuse the rows received last and se
 written from scratch, as a user would)."""
 from __future__ import annotations
 
-from gnn_dist.halo_blocks import BlockPass
+from gnn_dist.halo.blocks import BlockPass
 from gnn_dist.schedules import Schedule, register_schedule
 
 

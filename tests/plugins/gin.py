@@ -50,9 +50,10 @@ class DistGINConv(DistConv):
         return rows, cols, np.ones(rows.shape[0])
 
     @staticmethod
-    def block_operator(block):
+    def block_operator(block, with_transpose: bool = True):
         rows, cols = with_self_loops(block.dst, block.src, 0, block.n_dst)
-        return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0]), (block.n_dst, block.n_src))
+        return SparseOperator.from_coo(rows, cols, torch.ones(rows.shape[0]), (block.n_dst, block.n_src),
+                                       with_transpose=with_transpose)
 
     @staticmethod
     def pyg_conv(in_dim, out_dim):
