@@ -164,3 +164,14 @@ def test_a_misquoted_option_would_be_caught():
         _check_words("inspect", ["DIR", "--memory"], parsers, "x")
     with pytest.raises(AssertionError, match="not one of"):
         _check_words("train", ["--halo-memory", "lazy"], parsers, "x")
+
+
+def test_docs_environment_md_names_every_variable_the_code_reads():
+    """Every GNN_DIST_* variable in the runtime, the partitioner, the kernels, the benchmarks, the scripts and the
+    tests is a row of docs/environment.md, and every row is one the code reads."""
+    sources = CODE + sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "scripts").glob("*"))
+    read = {name for path in sources if path.is_file() for name in re.findall(r"GNN_DIST_[A-Z_]+", path.read_text())}
+    table = (ROOT / "docs" / "environment.md").read_text()
+    documented = {name for line in table.splitlines() if line.startswith("| `GNN_DIST_")
+                  for name in re.findall(r"`(GNN_DIST_[A-Z_]+)`", line.split("|")[1])}
+    assert read == documented, (sorted(read - documented), sorted(documented - read))
