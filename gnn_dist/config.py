@@ -306,9 +306,12 @@ class TrainConfig:
     def _validate_user_model(self) -> None:
         """What --model MODULE_OR_FILE:NAME cannot do (gnn_dist.training.user_model), refused before it starts."""
         spec = f"--model {self.model.model}"
-        if self.mode != "full" or self.task != "node":
-            raise ValueError(f"{spec} trains full-batch node classification for now: drop --mode sampled and "
-                             f"--task link, or use a built-in --model")
+        if self.task != "node":
+            raise ValueError(f"{spec} trains node classification for now: drop --task link, or use a built-in "
+                             f"--model")
+        if self.mode == "sampled" and (self.sampled.sampling != "remote" or self.sampled.feature_cache_mb):
+            raise ValueError(f"--sampling local and --feature-cache-mb apply to the built-in models' sampled mode, "
+                             f"not yet to {spec}: drop them")
         if self.halo_memory != "resident":
             raise ValueError(f"--halo-memory sequential needs the built-in models' blocked aggregation; a PyG "
                              f"layer aggregates its whole halo at once: drop it for {spec}")

@@ -135,12 +135,59 @@ def test_supervise_heals_a_killed_run_onto_the_uninterrupted_curve(partitioned, 
     np.testing.assert_allclose([r["loss"] for r in got], [r["loss"] for r in expected], rtol=1e-5)
 
 
+def test_sampled_training_follows_the_loader_loop_a_user_writes(partitioned, tmp_path):
+    """--mode sampled --model: one process's loss curve is the one a script over gd.NeighborLoader draws (the
+    same seeds, neighbours and weights); at P=2 it resumes from its checkpoint at P=1."""
+    import gnn_dist as gd
+    from gnn_dist.comm.simulated_ranks import run_fake_ranks
+    from gnn_dist.context import RankContext
+
+    sage, fanouts = "torch_geometric.nn.models:GraphSAGE", [4, 3]
+    common = ["--mode", "sampled", "--model", sage, "--hidden", "16", "--fanouts", "4,3", "--batch-size", "48",
+              "--dropout", "0", "--seed", "5", "--lr", "0.01"]
+    one, two = partitioned("synthetic:tiny", 1), partitioned("synthetic:tiny", 2)
+    metrics = tmp_path / "m.jsonl"
+    _train(1, one, *common, "--epochs", "3", "--metrics-out", str(metrics))
+    records, final = _records(metrics)
+    assert final["mode"] == "sampled" and final["halo_bytes_total"] == 0  # one rank fetches nothing
+
+    def script(comm):
+        data = gd.load_partition(one, RankContext(comm))
+        torch.manual_seed(5)
+        model = gd.distribute(pyg_models.GraphSAGE(data.num_features, 16, 2, data.num_classes, dropout=0.0))
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+        loader = gd.NeighborLoader(data, fanouts, input_nodes=data.train_mask, batch_size=48, shuffle=True, seed=5)
+        curve = []
+        for _ in range(3):
+            losses = []
+            for batch in loader:
+                optimizer.zero_grad()
+                out = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                            num_sampled_edges_per_hop=batch.num_sampled_edges)[:batch.batch_size]
+                loss = gd.cross_entropy(out, batch.y[:batch.batch_size])
+                loss.backward()
+                optimizer.step()
+                losses.append(loss.item())
+            curve.append(sum(losses) / len(losses))
+        return curve
+
+    (expected,) = run_fake_ranks(1, script)
+    np.testing.assert_allclose([r["loss"] for r in records], expected, rtol=1e-5)
+
+    checkpoints = tmp_path / "ck"
+    _train(2, two, *common, "--epochs", "2", "--checkpoint-dir", str(checkpoints), "--metrics-out",
+           str(tmp_path / "two.jsonl"))
+    assert _records(tmp_path / "two.jsonl")[1]["halo_bytes_total"] > 0  # rows fetched from the other rank
+    done = _train(1, one, *common, "--epochs", "3", "--checkpoint-dir", str(checkpoints), "--resume")
+    assert "resuming at epoch 2" in done.stderr
+
+
 @pytest.mark.parametrize("options, says", [
     (["--model", "no_such_module:Net"], "cannot import no_such_module"),
     (["--model", "torch_geometric.nn.models:Nope"], "has no class or function Nope"),
     (["--model", GIN, "--model-kwargs", "{bad"], "--model-kwargs is not JSON"),
     (["--model", GIN, "--heads", "2"], "--heads shapes the built-in models"),
-    (["--model", GIN, "--mode", "sampled"], "trains full-batch node classification for now"),
+    (["--model", GIN, "--mode", "sampled", "--sampling", "local"], "--sampling local and --feature-cache-mb apply"),
     (["--model", GIN, "--halo-memory", "sequential"], "--halo-memory sequential needs the built-in models'"),
     (["--model", GIN, "--memory-limit", "1G"], "--memory-limit is checked against gnn-dist's memory plan"),
     (["--model", GIN, "--model-kwargs", '{"in_channels": 7}'], "takes in_channels=7 but the partition has 16"),

@@ -30,6 +30,7 @@ from gnn_dist.memory.rss import PhasePeaks, release_free_heap
 from gnn_dist.metrics import MetricsWriter, summarise
 from gnn_dist.partition.format import load_meta
 from gnn_dist.pyg import checkpoint, reductions
+from gnn_dist.pyg.loader import NeighborLoader
 from gnn_dist.pyg.model_spec import BASIC_KEYWORDS, build_model, model_callable
 from gnn_dist.pyg.model_spec import model_keywords as keywords_for
 from gnn_dist.pyg.part_data import load_partition
@@ -67,12 +68,17 @@ def seeded_model(config: TrainConfig, data):
     return model
 
 
-def forward_keywords(module: torch.nn.Module, data) -> dict:
-    """The partition's edge arrays, passed where the model's forward names them (edge_weight, edge_attr)."""
+def _parameters(module: torch.nn.Module) -> dict:
+    """The names the module's forward takes (none where it has no signature to read)."""
     try:
-        accepted = inspect.signature(module.forward).parameters
+        return dict(inspect.signature(module.forward).parameters)
     except (TypeError, ValueError):
         return {}
+
+
+def forward_keywords(module: torch.nn.Module, data) -> dict:
+    """The partition's edge arrays, passed where the model's forward names them (edge_weight, edge_attr)."""
+    accepted = _parameters(module)
     return {name: getattr(data, name) for name in ("edge_weight", "edge_attr")
             if name in accepted and getattr(data, name, None) is not None}
 
@@ -96,6 +102,14 @@ class UserModelRun:
                 self.model(self.data.x, self.data.edge_index, **self.inputs)
             self.exchanger.counters.reset()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        # --mode sampled: mini-batches of gd.NeighborLoader (the draws of the built-in models' sampled mode) train
+        # the module through a second wrapper without data; the full-batch one evaluates it exactly
+        self.loader = self.sampled = None
+        if config.mode == "sampled":
+            self.loader = NeighborLoader(self.data, list(config.sampled.fanouts), input_nodes=self.data.train_mask,
+                                         batch_size=config.sampled.batch_size, shuffle=True, seed=config.seed)
+            self.sampled = distribute(module)
+            self.trims = {"num_sampled_nodes_per_hop", "num_sampled_edges_per_hop"} <= set(_parameters(module))
         self.val_majority_rate = majority_rate(ctx, self.data.y[self.data.val_mask], self.data.num_classes)
         schedule = parse_schedule(config.schedule)
         lossy = any(s.kind != "exact" for s in getattr(schedule, "layers", (schedule,)))
@@ -110,7 +124,9 @@ class UserModelRun:
                                        sort_keys=True)}
 
     # -- one epoch ------------------------------------------------------------------------------------------
-    def train_step(self) -> float:
+    def train_step(self, epoch: int) -> float:
+        if self.loader is not None:
+            return self.sampled_epoch(epoch)
         model, data = self.model, self.data
         model.train()
         self.optimizer.zero_grad()
@@ -120,6 +136,31 @@ class UserModelRun:
         value = float(loss.detach())
         self.optimizer.step()
         return value
+
+    def sampled_epoch(self, epoch: int) -> float:
+        """One pass over the loader: a step per batch; returns the mean of the steps' global losses."""
+        model, losses = self.sampled, []
+        model.train()
+        self.loader.set_epoch(epoch)
+        for batch in self.loader:
+            self.optimizer.zero_grad()
+            trim = {"num_sampled_nodes_per_hop": batch.num_sampled_nodes,
+                    "num_sampled_edges_per_hop": batch.num_sampled_edges} if self.trims else {}
+            out = model(batch.x, batch.edge_index, **trim)[:batch.batch_size]
+            loss = reductions.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            losses.append(float(loss.detach()))
+            self.optimizer.step()
+        return sum(losses) / max(len(losses), 1)
+
+    def sampled_bytes(self) -> int:
+        """What the loader's sampling and row fetches sent since the last call (0 full-batch)."""
+        if self.loader is None:
+            return 0
+        counters = self.loader.sampler.counters
+        sent = counters.sample_bytes + counters.feature_bytes
+        counters.reset()
+        return sent
 
     def evaluate(self) -> dict:
         model, data = self.model, self.data
@@ -141,10 +182,11 @@ class UserModelRun:
             counters.reset()
             beat(f"epoch {epoch}: training step")
             start = time.perf_counter()
-            loss = self.train_step()
+            loss = self.train_step(epoch)
             check_finite(loss, epoch)
             epoch_s = time.perf_counter() - start
             trained = counters.take()
+            trained.halo_bytes += self.sampled_bytes()
             evaluated = (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1
             eval_start = time.perf_counter()
             if evaluated:
@@ -250,7 +292,7 @@ def train_user_model(ctx: RankContext, config: TrainConfig, memory: PhasePeaks) 
         run.exchanger.drain()
         best = best_record(records, "val_acc")
         final = summarise(records, {
-            "dataset": run.meta.dataset, "task": "node", "num_parts": ctx.size, "mode": "full",
+            "dataset": run.meta.dataset, "task": "node", "num_parts": ctx.size, "mode": config.mode,
             "schedule": config.schedule, "halo_dtype": config.halo_dtype, "model": config.model.model,
             "model_kwargs": config.model.model_kwargs, "paths": run.model.paths(), "hidden": config.model.hidden,
             "num_layers": config.model.num_layers, "seed": config.seed, "threads": config.threads,
