@@ -170,6 +170,7 @@ def test_a_sampled_step_at_p2_equals_one_process_on_the_same_batches(partitioned
         batch = next(iter(loader))
         loss = gd.cross_entropy(forward(model, batch), batch.y[:batch.batch_size])
         loss.backward()
+        assert model.paths() == {"convs.0": "native spmm", "convs.1": "native spmm"}
         return batch, loss.item(), {name: p.grad.clone() for name, p in model.module.named_parameters()}
 
     results = run_fake_ranks(2, rank_fn)
@@ -204,3 +205,38 @@ def test_bad_loader_options_are_one_clear_error(partitioned, options, says):
 def test_a_distributed_model_of_mini_batches_refuses_full_batch_options():
     with pytest.raises(ValueError, match="a schedule or halo_dtype applies with data"):
         gd.distribute(GraphSAGE(4, 4, 1), schedule="stale:2")
+
+
+def test_dropout_on_mini_batches_is_keyed_so_a_rerun_draws_the_same_masks(partitioned):
+    """A batch's dropout masks are keyed by (seed, step, call, rank, row), not torch's generator: two runs of the
+    same steps draw the same losses, the ranks draw different masks, and the curve differs from dropout off."""
+    directory = partitioned("synthetic:small", 2)
+
+    def curve(p):
+        torch.manual_seed(1)  # one model for both ranks (simulated ranks are threads sharing torch's generator)
+        reference = GraphSAGE(64, 16, 2, 10, dropout=p)
+
+        def rank_fn(comm):
+            data = gd.load_partition(directory, RankContext(comm))
+            model = gd.distribute(copy.deepcopy(reference))
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+            loader = gd.NeighborLoader(data, FANOUTS, input_nodes=data.train_mask, batch_size=64, shuffle=True, seed=0)
+            losses, masks = [], []
+            for step, batch in zip(range(3), loader):
+                optimizer.zero_grad()
+                loss = gd.cross_entropy(model(batch.x, batch.edge_index)[:batch.batch_size],
+                                        batch.y[:batch.batch_size])
+                loss.backward()
+                optimizer.step()
+                losses.append(loss.item())
+                if step == 0:
+                    with gd.pyg.passes.running_batches(gd.pyg.passes.BatchPass(seed=model.seed, step=0,
+                                                                                rank=comm.rank)):
+                        masks.append(F.dropout(torch.ones(50, 4), 0.5, True) > 0)
+            return losses, masks[0]
+        return run_fake_ranks(2, rank_fn)
+
+    first, again, off = curve(0.5), curve(0.5), curve(0.0)
+    assert [losses for losses, _ in first] == [losses for losses, _ in again]
+    assert not torch.equal(first[0][1], first[1][1])  # each rank its own mask
+    assert first[0][0] != off[0][0]

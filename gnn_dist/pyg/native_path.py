@@ -15,6 +15,7 @@ import torch
 
 from gnn_dist.halo.overlap import overlapped_aggregation
 from gnn_dist.kernels.spmm import SparseOperator, spmm
+from gnn_dist.pyg import passes
 from gnn_dist.pyg.part_data import WITH_HALO
 
 # PyG's layers whose message is x_j (times edge_weight where given) and whose update is the identity
@@ -94,6 +95,56 @@ def aggregate(graph, operator: SparseOperator, rows: torch.Tensor, complete: boo
     else:
         out = spmm(operator, graph.with_halo(flat, slot), bias)
     return out.reshape(graph.n_owned, *rows.shape[1:])
+
+
+class BatchPropagate:
+    """A layer's propagate in a model distributed without data: on a mini-batch (a whole subgraph, no halo) a
+    linear aggregation is the native CSR product over the batch's edges, built per call (PyG's per-hop trimming
+    hands each layer its own edges); outside such a forward, or for what this path does not compute (a weight
+    that needs a gradient, a sparse edge_index), the propagate it replaced runs."""
+
+    def __init__(self, conv):
+        self.conv = conv
+        self.replaced = conv.propagate
+        self.averages = LINEAR_AGGREGATIONS[type(conv.aggr_module).__name__]
+        self.path = "pyg"  # the path of the last call (DistributedModel.paths)
+
+    def __call__(self, edge_index, size=None, **kwargs):
+        weight, x = kwargs.get("edge_weight"), kwargs.get("x")
+        source, target = (x[0], x[1]) if isinstance(x, (tuple, list)) else (x, None)
+        usable = (passes.in_batches() and isinstance(edge_index, torch.Tensor) and edge_index.layout == torch.strided
+                  and isinstance(source, torch.Tensor) and (weight is None or not weight.requires_grad))
+        if not usable:
+            if passes.in_batches():
+                self.path = "pyg"
+            return self.replaced(edge_index, size=size, **kwargs)
+        self.path = "native spmm"
+        n_cols = source.shape[0]
+        n_rows = size[1] if size is not None and size[1] is not None else \
+            (target.shape[0] if isinstance(target, torch.Tensor) else n_cols)
+        targets = edge_index[1]
+        values = torch.ones(targets.shape[0], dtype=source.dtype, device=targets.device) if weight is None \
+            else weight.detach().to(source.dtype).reshape(-1)
+        if self.averages:  # PyG's mean: the sum over a row's messages by their count (an empty row stays zero)
+            values = values / torch.bincount(targets, minlength=n_rows).clamp_min(1).to(source.dtype)[targets]
+        flat = source.reshape(n_cols, -1)
+        # the transpose serves the backward only: none for rows that need no gradient (the batch's features)
+        operator = SparseOperator.from_coo(targets, edge_index[0], values, (n_rows, n_cols),
+                                           with_transpose=flat.requires_grad)
+        return spmm(operator, flat).reshape(n_rows, *source.shape[1:])
+
+
+def install_batch_path(module) -> int:
+    """BatchPropagate on every linear-aggregation layer of module (once each); returns how many layers take it."""
+    from torch_geometric.nn import MessagePassing
+
+    taken = 0
+    for conv in module.modules():
+        if isinstance(conv, MessagePassing) and takes_native_path(conv):
+            if not isinstance(conv.propagate, BatchPropagate):
+                conv.propagate = BatchPropagate(conv)
+            taken += 1
+    return taken
 
 
 def install(hooks) -> NativePropagate:

@@ -57,6 +57,31 @@ def running(active: Pass):
         _local.active = outer
 
 
+@dataclass
+class BatchPass:
+    """One forward of a model distributed without data, on one rank's mini-batch."""
+
+    seed: int
+    step: int
+    rank: int
+    dropout_calls: int = 0
+
+
+def in_batches() -> BatchPass | None:
+    """The forward of a model distributed without data (on mini-batches) running on this thread, or None."""
+    return getattr(_local, "batches", None)
+
+
+@contextlib.contextmanager
+def running_batches(active: BatchPass):
+    outer = in_batches()
+    _local.batches = active
+    try:
+        yield active
+    finally:
+        _local.batches = outer
+
+
 def last_context(ctx=None):
     """The RankContext this thread initialised or loaded a part with last (gd.all_reduce's communicator)."""
     if ctx is not None:

@@ -16,6 +16,7 @@ from gnn_dist.pyg import gcn_norm, passes, reductions
 from gnn_dist.pyg.batch_norm import synchronise
 from gnn_dist.pyg.batch_norm import unsupported as unsupported_norm
 from gnn_dist.pyg.halo_hooks import LayerHooks
+from gnn_dist.pyg.native_path import install_batch_path
 from gnn_dist.pyg.part_data import graph_of
 from gnn_dist.schedules import parse_schedule
 from gnn_dist.steps.flat import pack_into, unpack_from
@@ -105,6 +106,10 @@ class DistributedModel(nn.Module):
         self.seed = int(self._ctx.comm.allgather_object(torch.initial_seed() % (1 << 31))[0])
         self.step = 0
         self._hooks = []
+        if self._graph is None:
+            keyed_dropout.install()  # a batch's rows keyed by (seed, step, rank, row): torch's bernoulli is slow
+            if native:
+                install_batch_path(module)  # linear aggregations of a batch on the native CSR product
         if self._graph is not None:
             self._graph.configure(schedule, halo_dtype, self.seed)
             gcn_norm.install()
@@ -135,6 +140,11 @@ class DistributedModel(nn.Module):
         --model gcn, on the native SpMM), "native gat" (a GATConv on the built-in attention kernels), "native
         spmm" (a linear aggregation on gnn-dist's CSR product; gnn_dist.pyg.native_path) or "pyg" (PyG's own
         message passing over [owned | halo] rows)."""
+        if self._graph is None:  # mini-batches: the batch path of each layer (gnn_dist.pyg.native_path)
+            from torch_geometric.nn import MessagePassing
+
+            return {name: getattr(m.propagate, "path", "pyg") for name, m in self.module.named_modules()
+                    if isinstance(m, MessagePassing)}
         return {hooks.name: hooks.path for hooks in self._hooks}
 
     def forward(self, *args, **kwargs):
@@ -142,7 +152,9 @@ class DistributedModel(nn.Module):
             self._materialise(*args, **kwargs)
         graph = self._graph
         if graph is None:
-            out = self.module(*args, **kwargs)
+            active = passes.BatchPass(seed=self.seed, step=self.step, rank=self._ctx.rank)
+            with passes.running_batches(active):
+                out = self.module(*args, **kwargs)
         else:
             graph.exchanger.begin_pass(self.step, self.training)
             with passes.running(passes.Pass(graph=graph, seed=self.seed, step=self.step, training=self.training)):
@@ -259,7 +271,7 @@ def distribute(model: nn.Module, data=None, schedule: str = "exact", halo_dtype:
         if schedule != "exact" or halo_dtype not in (None, "fp32"):
             raise ValueError("gd.distribute(model) without data trains on mini-batches, whose subgraphs need no "
                              "halo: a schedule or halo_dtype applies with data (full-batch)")
-        return DistributedModel(model, None)
+        return DistributedModel(model, None, native=native)
     graph_of(data)
     why = refusal(model, data, schedule)
     if why is not None:
