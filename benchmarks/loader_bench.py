@@ -34,11 +34,10 @@ def sampling_epochs(parts: Path, fanouts: list[int], batch: int, epochs: int, lo
 
     import gnn_dist as gd
     from gnn_dist.comm.simulated_ranks import solo_comm
-    from gnn_dist.context import RankContext
     from gnn_dist.graph.sampler import DistributedSampler
 
     torch.set_num_threads(1)
-    data = gd.load_partition(str(parts), RankContext(solo_comm()))
+    data = gd.load_partition(str(parts), gd.RankContext(solo_comm()))
     loader = gd.NeighborLoader(data, fanouts, input_nodes=data.train_mask, batch_size=batch, shuffle=True, seed=0)
     blocks = DistributedSampler(loader.sampler.comm, loader.graph.part, fanouts, seed=0)
     ways = {"loader": loader.sample, "mode sampled": blocks.sample}

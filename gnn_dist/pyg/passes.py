@@ -48,13 +48,18 @@ def current() -> Pass | None:
 
 
 @contextlib.contextmanager
-def running(active: Pass):
-    outer = current()
-    _local.active = active
+def _on_this_thread(name: str, active):
+    """`active` as this thread's `name` for the block, the outer one restored after (forwards nest)."""
+    outer = getattr(_local, name, None)
+    setattr(_local, name, active)
     try:
         yield active
     finally:
-        _local.active = outer
+        setattr(_local, name, outer)
+
+
+def running(active: Pass):
+    return _on_this_thread("active", active)
 
 
 @dataclass
@@ -72,14 +77,8 @@ def in_batches() -> BatchPass | None:
     return getattr(_local, "batches", None)
 
 
-@contextlib.contextmanager
 def running_batches(active: BatchPass):
-    outer = in_batches()
-    _local.batches = active
-    try:
-        yield active
-    finally:
-        _local.batches = outer
+    return _on_this_thread("batches", active)
 
 
 def last_context(ctx=None):
