@@ -25,6 +25,7 @@ HOST_ONLY = {
     "gnn_dist/graph/feature_store.py",      # sampled mode serves features from the host; each batch then moves
     "gnn_dist/hetero/sampler.py",           # typed sampling: the homogeneous sampler's host draw, per relation
     "gnn_dist/hetero/batch_inputs.py",      # a typed batch's inputs: typed sampled training runs on the CPU
+    "gnn_dist/pyg/loader.py",               # gd.NeighborLoader's batches: host rows, as PyG's loader yields
     "gnn_dist/partition",             # partitioning and the on-disk format
     "gnn_dist/plan/memory.py",        # arithmetic on shapes
     "gnn_dist/comm/communicator.py",               # MPI metadata (counts) and host buffers
