@@ -58,7 +58,11 @@ def read(path: str | os.PathLike) -> dict:
 
 def load(path: str | os.PathLike, model, optimizer=None) -> dict | None:
     """Restore what save wrote, at this job's number of ranks (any); returns save's `run` (None without one)."""
-    state = read(path)
+    return restore(read(path), model, optimizer, path)
+
+
+def restore(state: dict, model, optimizer=None, path: str | os.PathLike = "the checkpoint") -> dict | None:
+    """Restore a state read from path (read's result); returns save's `run` (None without one)."""
     model.module.load_state_dict(state["model"])
     model.step = int(state["step"])
     model.seed = int(state["seed"])

@@ -66,15 +66,21 @@ class NativePropagate:
         if cached is not None and cached[0] is edge_index and cached[1] is weight and cached[2] == dtype \
                 and cached[3].shape == (n_rows, n_cols):
             return cached[3]
-        targets, sources = edge_index[1], edge_index[0]
-        values = torch.ones(targets.shape[0], dtype=dtype, device=targets.device) if weight is None \
-            else weight.detach().to(dtype).reshape(-1)
-        if self.averages:  # PyG's mean: the sum over a row's messages by their count (an empty row stays zero)
-            counts = torch.bincount(targets, minlength=n_rows).clamp_min(1).to(dtype)
-            values = values / counts[targets]
-        operator = SparseOperator.from_coo(targets, sources, values, (n_rows, n_cols))
+        operator = linear_operator(edge_index, weight, dtype, (n_rows, n_cols), self.averages)
         self.cached = (edge_index, weight, dtype, operator)
         return operator
+
+
+def linear_operator(edge_index: torch.Tensor, weight: torch.Tensor | None, dtype: torch.dtype,
+                    shape: tuple[int, int], averages: bool, with_transpose: bool = True) -> SparseOperator:
+    """The sparse A of a linear aggregation over edge_index's (source, target) edges, targets by sources: the
+    edge weights (ones without), each row divided by its in-edge count where the layer averages."""
+    targets = edge_index[1]
+    values = torch.ones(targets.shape[0], dtype=dtype, device=targets.device) if weight is None \
+        else weight.detach().to(dtype).reshape(-1)
+    if averages:  # PyG's mean: the sum over a row's messages by their count (an empty row stays zero)
+        values = values / torch.bincount(targets, minlength=shape[0]).clamp_min(1).to(dtype)[targets]
+    return SparseOperator.from_coo(targets, edge_index[0], values, shape, with_transpose=with_transpose)
 
 
 def aggregate(graph, operator: SparseOperator, rows: torch.Tensor, complete: bool, slot: str,
@@ -122,15 +128,10 @@ class BatchPropagate:
         n_cols = source.shape[0]
         n_rows = size[1] if size is not None and size[1] is not None else \
             (target.shape[0] if isinstance(target, torch.Tensor) else n_cols)
-        targets = edge_index[1]
-        values = torch.ones(targets.shape[0], dtype=source.dtype, device=targets.device) if weight is None \
-            else weight.detach().to(source.dtype).reshape(-1)
-        if self.averages:  # PyG's mean: the sum over a row's messages by their count (an empty row stays zero)
-            values = values / torch.bincount(targets, minlength=n_rows).clamp_min(1).to(source.dtype)[targets]
         flat = source.reshape(n_cols, -1)
         # the transpose serves the backward only: none for rows that need no gradient (the batch's features)
-        operator = SparseOperator.from_coo(targets, edge_index[0], values, (n_rows, n_cols),
-                                           with_transpose=flat.requires_grad)
+        operator = linear_operator(edge_index, weight, source.dtype, (n_rows, n_cols), self.averages,
+                                   with_transpose=flat.requires_grad)
         return spmm(operator, flat).reshape(n_rows, *source.shape[1:])
 
 

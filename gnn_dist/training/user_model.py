@@ -116,8 +116,9 @@ class UserModelRun:
         self.guard = DivergenceGuard(majority_rate=self.val_majority_rate) \
             if lossy and config.schedule_guard == "on" else None
         self.start_epoch, self.records = 0, []
+        self.identity = self._identity()
 
-    def identity(self) -> dict:
+    def _identity(self) -> dict:
         """What a checkpoint records of the run, checked on resume: the graph, the model and how it was built."""
         return {"dataset": self.meta.dataset, "num_nodes": int(self.meta.num_nodes), "model": self.config.model.model,
                 "keywords": json.dumps(model_keywords(self.config, self.data.num_features, self.data.num_classes),
@@ -220,7 +221,7 @@ class UserModelRun:
     # -- checkpoints ----------------------------------------------------------------------------------------
     def save_checkpoint(self, epoch: int, records: list[dict]) -> None:
         directory = Path(self.config.checkpoint_dir)
-        run = {**self.identity(), "epoch": epoch, "records": json.dumps(records),
+        run = {**self.identity, "epoch": epoch, "records": json.dumps(records),
                "guard": json.dumps(self.guard.state_dict()) if self.guard is not None else ""}
         checkpoint.save(checkpoint.epoch_file(directory, epoch), self.model, self.optimizer, run=run)
         if self.ctx.is_root:
@@ -235,8 +236,8 @@ class UserModelRun:
             if self.ctx.is_root:
                 rank_logger(None).warning(f"no complete checkpoint in {directory}: starting at epoch 0")
             return
-        run = agree_on_setup(self.ctx, lambda: self._check(newest, checkpoint.read(newest).get("run") or {}))
-        checkpoint.load(newest, self.model, self.optimizer)
+        state = agree_on_setup(self.ctx, lambda: self._check(newest, checkpoint.read(newest)))
+        run = checkpoint.restore(state, self.model, self.optimizer, newest)
         self.start_epoch, self.records = int(run["epoch"]), json.loads(run["records"])
         if self.guard is not None and run.get("guard"):
             self.guard.load_state_dict(json.loads(run["guard"]))
@@ -253,13 +254,14 @@ class UserModelRun:
                              f"resume with the --model that wrote them, or give another --checkpoint-dir")
         return found[-1] if found else None
 
-    def _check(self, path: Path, run: dict) -> dict:
-        mine = self.identity()
-        for key, value in mine.items():
+    def _check(self, path: Path, state: dict) -> dict:
+        """state (checkpoint.read's), once its run is this run's graph and model."""
+        run = state.get("run") or {}
+        for key, value in self.identity.items():
             if run.get(key) != value:
                 raise ValueError(f"{path} was written for {key} {run.get(key)!r}, not {value!r}: resume with the "
                                  f"same graph and --model (any number of ranks), or give another --checkpoint-dir")
-        return run
+        return state
 
 
 def train_user_model(ctx: RankContext, config: TrainConfig, memory: PhasePeaks) -> dict:
